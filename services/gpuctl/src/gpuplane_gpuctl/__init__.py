@@ -1,0 +1,1 @@
+"""gpuplane_gpuctl."""
