@@ -1,0 +1,68 @@
+# gpuplane — run `make help` for the targets.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
+PYTEST_MARKERS ?= not gpu and not docker and not slow
+PYTEST_ARGS ?=
+
+.PHONY: help
+help: ## Show the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: uv
+uv: ## Install uv (from PyPI) if it is missing
+	@command -v uv >/dev/null 2>&1 || python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet uv
+
+.PHONY: install
+install: uv ## Install the workspace and dev tools from the lock file
+	$(UV) sync --frozen
+
+.PHONY: cluster-build
+cluster-build: install ## Build etcd, kube-apiserver/-controller-manager/-scheduler and kwok from Go modules (cached)
+	$(UV) run devcluster build
+
+.PHONY: cluster-up
+cluster-up: cluster-build ## Start the local devcluster with 3 simulated 8×H100 nodes
+	$(UV) run devcluster up --gpu-nodes 3 --gpus-per-node 8 --gpu-model H100
+
+.PHONY: cluster-down
+cluster-down: install ## Stop the local devcluster and delete its state
+	$(UV) run devcluster down
+
+.PHONY: run
+run: cluster-build ## Start the whole platform on the local devcluster (Ctrl-C stops it)
+	$(UV) run python scripts/run_platform.py
+
+.PHONY: test
+test: cluster-build ## Run every test except the gpu, docker and slow ones
+	$(UV) run pytest -m "$(PYTEST_MARKERS)" $(PYTEST_ARGS)
+
+.PHONY: test-slow
+test-slow: cluster-build ## Run the slow suites (scale, faults)
+	$(UV) run pytest -m "slow" $(PYTEST_ARGS)
+
+.PHONY: test-gpu
+test-gpu: install ## Run the real-NVML tests (needs an NVIDIA GPU)
+	$(UV) run pytest -m "gpu" $(PYTEST_ARGS)
+
+.PHONY: lint
+lint: install ## ruff, mypy (libs + domain code), import-linter layer contracts, generated-code check
+	$(UV) run ruff check .
+	$(UV) run ruff format --check .
+	$(UV) run mypy libs/core/src tools/devcluster/src services/*/src/*/domain
+	$(UV) run lint-imports
+	$(UV) run python scripts/gen_protos.py --check
+
+.PHONY: fmt
+fmt: install ## Format the code with ruff
+	$(UV) run ruff format .
+	$(UV) run ruff check --fix .
+
+.PHONY: protos
+protos: install ## Regenerate Python code from proto/ into libs/proto
+	$(UV) run python scripts/gen_protos.py
+
+.PHONY: bench
+bench: cluster-build ## Run every benchmark and write docs/BENCHMARKS.md
+	$(UV) run python bench/run.py

@@ -1,0 +1,1 @@
+"""Kubernetes adapters: the only place in libs that imports kubernetes_asyncio."""

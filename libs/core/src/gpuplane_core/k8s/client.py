@@ -1,0 +1,20 @@
+"""Kubernetes API client factory: in-cluster, an explicit kubeconfig, or $KUBECONFIG."""
+
+from __future__ import annotations
+
+import os
+
+from kubernetes_asyncio import client, config
+
+
+async def load_api_client(kubeconfig: str | None = None, *, pool_size: int = 32) -> client.ApiClient:
+    """Create the long-lived client; call it in the app lifespan and close it there."""
+    cfg = client.Configuration()
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=cfg)
+    else:
+        await config.load_kube_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration=cfg)

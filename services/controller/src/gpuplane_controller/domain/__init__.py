@@ -1,0 +1,1 @@
+"""Pure domain logic of the controller service (no I/O)."""

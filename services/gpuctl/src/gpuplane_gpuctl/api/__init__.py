@@ -1,0 +1,1 @@
+"""HTTP routes of the gpuctl service: translate between HTTP and the domain."""

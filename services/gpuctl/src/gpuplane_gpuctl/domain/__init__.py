@@ -1,0 +1,1 @@
+"""Pure domain logic of the gpuctl service (no I/O)."""

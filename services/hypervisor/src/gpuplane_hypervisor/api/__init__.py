@@ -1,0 +1,1 @@
+"""HTTP routes of the hypervisor service: translate between HTTP and the domain."""

@@ -1,0 +1,1 @@
+"""Pure domain logic of the hypervisor service (no I/O)."""

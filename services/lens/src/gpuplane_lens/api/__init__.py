@@ -1,0 +1,1 @@
+"""HTTP routes of the lens service: translate between HTTP and the domain."""

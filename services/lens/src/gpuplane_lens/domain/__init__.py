@@ -1,0 +1,1 @@
+"""Pure domain logic of the lens service (no I/O)."""
