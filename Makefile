@@ -50,7 +50,7 @@ test-gpu: install ## Run the real-NVML tests (needs an NVIDIA GPU)
 lint: install ## ruff, mypy (libs + domain code), import-linter layer contracts, generated-code check
 	$(UV) run ruff check .
 	$(UV) run ruff format --check .
-	$(UV) run mypy libs/core/src tools/devcluster/src services/*/src/*/domain
+	$(UV) run mypy libs/core/src services/*/src/*/domain
 	$(UV) run lint-imports
 	$(UV) run python scripts/gen_protos.py --check
 

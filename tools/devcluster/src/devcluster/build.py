@@ -72,9 +72,7 @@ def _local_replaces(gomod_text: str) -> list[str]:
 
 def _wrapper_gomod(component: Component, upstream_gomod: str) -> str:
     tools = "\n".join(f"tool {_pkg(component, p)}" for p in component.binaries)
-    replaces = "\n".join(
-        f"\t{m} => {m} {component.sibling_version}" for m in _local_replaces(upstream_gomod)
-    )
+    replaces = "\n".join(f"\t{m} => {m} {component.sibling_version}" for m in _local_replaces(upstream_gomod))
     out = [
         "module gpuplane.local/devcluster/" + component.name,
         "",
@@ -117,7 +115,9 @@ def build_component(component: Component, progress: Progress, force: bool = Fals
     pkgs = [_pkg(component, p) for p in component.binaries]
     deps = _go(["list", "-deps", *pkgs], work, env).split()
     total = len(deps)
-    progress(f"{component.key}: [3/4] compiling {total} packages for {', '.join(component.binaries.values())}")
+    progress(
+        f"{component.key}: [3/4] compiling {total} packages for {', '.join(component.binaries.values())}"
+    )
     tmp = out.with_name("bin.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -132,15 +132,22 @@ def build_component(component: Component, progress: Progress, force: bool = Fals
 
 
 def _compile(
-    component: Component, pkg: str, dest: Path, work: Path, env: dict[str, str], total: int, progress: Progress
+    component: Component,
+    pkg: str,
+    dest: Path,
+    work: Path,
+    env: dict[str, str],
+    total: int,
+    progress: Progress,
 ) -> None:
     ldflags = " ".join(("-s", "-w", *component.ldflags))
     cmd = ["go", "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(dest), pkg]
     proc = subprocess.Popen(cmd, cwd=work, env=env, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
-    done, last, tail = 0, 0.0, []
+    done, last = 0, 0.0
+    tail: list[str] = []
     for line in proc.stderr:
-        tail = (tail + [line])[-40:]
+        tail = [*tail, line][-40:]
         done += 1
         now = time.monotonic()
         if now - last > 10:

@@ -220,7 +220,9 @@ class DevCluster:
         self._wait("kube-apiserver", self.apiserver_ready, "kube-apiserver", timeout)
 
         progress("starting kube-controller-manager, kube-scheduler and kwok")
-        self.procs.start("kube-controller-manager", self._kcm_args(k8s_bin / "kube-controller-manager", ports))
+        self.procs.start(
+            "kube-controller-manager", self._kcm_args(k8s_bin / "kube-controller-manager", ports)
+        )
         self.procs.start("kube-scheduler", self._scheduler_args(k8s_bin / "kube-scheduler", ports))
         self.procs.start("kwok", self._kwok_args(kwok_bin / "kwok", ports))
         for name, port in (
@@ -228,7 +230,9 @@ class DevCluster:
             ("kube-scheduler", ports.scheduler),
         ):
             self._wait(name, lambda p=port: self._get(f"https://127.0.0.1:{p}/healthz") == 200, name, timeout)
-        self._wait("kwok", lambda: self._get(f"http://127.0.0.1:{ports.kwok}/healthz") == 200, "kwok", timeout)
+        self._wait(
+            "kwok", lambda: self._get(f"http://127.0.0.1:{ports.kwok}/healthz") == 200, "kwok", timeout
+        )
 
     def down(self, progress: Progress = _stderr) -> None:
         for p in reversed(ORDER):

@@ -34,7 +34,9 @@ async def _bounded(coros: Iterable[Awaitable[Any]], limit: int) -> None:
     await asyncio.gather(*(run(c) for c in coros))
 
 
-async def apply_crds(api: client.ApiClient, crd_dir: Path, progress: Progress, timeout: float = 60) -> list[str]:
+async def apply_crds(
+    api: client.ApiClient, crd_dir: Path, progress: Progress, timeout: float = 60
+) -> list[str]:
     ext = client.ApiextensionsV1Api(api)
     names: list[str] = []
     for path in sorted(crd_dir.glob("*.yaml")):
@@ -98,7 +100,9 @@ async def create_node(core: client.CoreV1Api, body: dict[str, Any]) -> None:
         await core.patch_node_status(body["metadata"]["name"], body={"status": body["status"]})
 
 
-async def wait_nodes_ready(api: client.ApiClient, names: list[str], progress: Progress, timeout: float) -> None:
+async def wait_nodes_ready(
+    api: client.ApiClient, names: list[str], progress: Progress, timeout: float
+) -> None:
     core = client.CoreV1Api(api)
     want = set(names)
     deadline = time.monotonic() + timeout

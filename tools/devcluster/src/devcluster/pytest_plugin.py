@@ -97,7 +97,9 @@ def mint_token(kube_api: Any) -> MintToken:
     ) -> str:
         """A real token for `namespace/service_account`; bound to `pod` (V1Pod or dict) if given."""
         try:
-            await core.create_namespaced_service_account(namespace, body={"metadata": {"name": service_account}})
+            await core.create_namespaced_service_account(
+                namespace, body={"metadata": {"name": service_account}}
+            )
         except ApiException as e:
             if e.status != 409:
                 raise
@@ -106,7 +108,12 @@ def mint_token(kube_api: Any) -> MintToken:
             spec["audiences"] = audiences
         if pod is not None:
             meta = pod["metadata"] if isinstance(pod, dict) else pod.metadata.to_dict()
-            spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}
+            spec["boundObjectRef"] = {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": meta["name"],
+                "uid": meta["uid"],
+            }
         resp = await core.create_namespaced_service_account_token(
             service_account, namespace, body={"spec": spec}
         )

@@ -13,7 +13,7 @@ async def load_api_client(kubeconfig: str | None = None, *, pool_size: int = 32)
     if kubeconfig:
         await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=cfg)
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     else:
         await config.load_kube_config(client_configuration=cfg)
     cfg.connection_pool_maxsize = pool_size

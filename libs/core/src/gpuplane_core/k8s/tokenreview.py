@@ -18,13 +18,9 @@ class KubeTokenReviewer:
         self._audiences = audiences
 
     async def review(self, token: str) -> Identity:
-        spec: dict[str, object] = {"token": token}
-        if self._audiences:
-            spec["audiences"] = self._audiences
+        body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=self._audiences))
         try:
-            resp = await self._auth.create_token_review(
-                body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-            )
+            resp = await self._auth.create_token_review(body=body)
         except ApiException as e:
             raise translate_api_exception(e) from e
         status = resp.status

@@ -41,9 +41,10 @@ class WatchHealth:
 
 def _rv(obj: Any) -> str | None:
     if isinstance(obj, dict):
-        return obj.get("metadata", {}).get("resourceVersion")
-    meta = getattr(obj, "metadata", None)
-    return getattr(meta, "resource_version", None)
+        rv = obj.get("metadata", {}).get("resourceVersion")
+    else:
+        rv = getattr(getattr(obj, "metadata", None), "resource_version", None)
+    return str(rv) if rv else None
 
 
 def _items(lst: Any) -> tuple[list[Any], str | None]:
