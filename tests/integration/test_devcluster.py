@@ -16,7 +16,9 @@ pytestmark = pytest.mark.cluster
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 60, what: str = "condition") -> Any:
+async def eventually(
+    check: Callable[[], Awaitable[Any]], timeout: float = 60, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -57,7 +59,11 @@ async def test_deployment_pods_run_on_gpu_nodes(kube_api: Any, namespace: str) -
     apps, core = client.AppsV1Api(kube_api), client.CoreV1Api(kube_api)
     body = {
         "metadata": {"name": "web"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": pod_template("web", gpus=1)},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": pod_template("web", gpus=1),
+        },
     }
     await apps.create_namespaced_deployment(namespace, body=body)
 
@@ -90,7 +96,9 @@ async def test_scheduler_respects_gpu_capacity(kube_api: Any, namespace: str) ->
 
     async def unschedulable() -> bool:
         p = await core.read_namespaced_pod("big", namespace)
-        return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in (p.status.conditions or []))
+        return any(
+            c.type == "PodScheduled" and c.reason == "Unschedulable" for c in (p.status.conditions or [])
+        )
 
     await eventually(unschedulable, what="PodScheduled=False/Unschedulable")
     pod = await core.read_namespaced_pod("big", namespace)
@@ -141,7 +149,9 @@ async def test_statefulset_gets_its_pod(kube_api: Any, namespace: str) -> None:
 
 async def test_pod_logs_are_served(kube_api: Any, namespace: str) -> None:
     core = client.CoreV1Api(kube_api)
-    await core.create_namespaced_pod(namespace, body={"metadata": {"name": "logger"}, "spec": pod_template("l")["spec"]})
+    await core.create_namespaced_pod(
+        namespace, body={"metadata": {"name": "logger"}, "spec": pod_template("l")["spec"]}
+    )
 
     async def running() -> bool:
         return (await core.read_namespaced_pod("logger", namespace)).status.phase == "Running"
@@ -156,7 +166,9 @@ async def test_namespace_deletion_finishes(kube_api: Any) -> None:
     name = f"gone-{int(time.time() * 1000) % 10**8}"
     await core.create_namespace(body={"metadata": {"name": name}})
     await core.create_namespaced_config_map(name, body={"metadata": {"name": "cm"}, "data": {"a": "b"}})
-    await core.create_namespaced_pod(name, body={"metadata": {"name": "p"}, "spec": pod_template("p")["spec"]})
+    await core.create_namespaced_pod(
+        name, body={"metadata": {"name": "p"}, "spec": pod_template("p")["spec"]}
+    )
     await core.delete_namespace(name)
 
     async def gone() -> bool:

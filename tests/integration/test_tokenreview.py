@@ -23,11 +23,12 @@ from gpuplane_core.k8s.tokenreview import KubeTokenReviewer
 pytestmark = pytest.mark.cluster
 
 
-async def _pod(kube_api: Any, namespace: str, name: str = "client") -> Any:
-    return await client.CoreV1Api(kube_api).create_namespaced_pod(
-        namespace,
-        body={"metadata": {"name": name}, "spec": {"containers": [{"name": "main", "image": "busybox"}]}},
-    )
+async def _pod(kube_api: Any, namespace: str, name: str = "client", service_account: str = "default") -> Any:
+    core = client.CoreV1Api(kube_api)
+    if service_account != "default":
+        await core.create_namespaced_service_account(namespace, body={"metadata": {"name": service_account}})
+    spec = {"serviceAccountName": service_account, "containers": [{"name": "main", "image": "busybox"}]}
+    return await core.create_namespaced_pod(namespace, body={"metadata": {"name": name}, "spec": spec})
 
 
 def _app(reviewer: Any) -> FastAPI:
@@ -51,14 +52,17 @@ def _claims(namespace: str, **over: Any) -> dict[str, Any]:
         "iat": now - 7200,
         "nbf": now - 7200,
         "exp": now - 3600,
-        "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": "default", "uid": str(uuid.uuid4())}},
+        "kubernetes.io": {
+            "namespace": namespace,
+            "serviceaccount": {"name": "default", "uid": str(uuid.uuid4())},
+        },
     }
     claims.update(over)
     return claims
 
 
 async def test_pod_bound_token_identifies_the_pod(kube_api: Any, namespace: str, mint_token: Any) -> None:
-    pod = await _pod(kube_api, namespace)
+    pod = await _pod(kube_api, namespace, service_account="worker")
     token = await mint_token(namespace, "worker", pod=pod)
     ident = await KubeTokenReviewer(kube_api).review(token)
     assert ident.username == f"system:serviceaccount:{namespace}:worker"
@@ -77,7 +81,9 @@ async def test_http_dependency_accepts_valid_and_rejects_bad_tokens(
     expired = jwt.encode(_claims(namespace), sa_key, algorithm="ES256")
     # Valid claims, but signed by a key the apiserver does not trust.
     forged = jwt.encode(
-        _claims(namespace, exp=int(time.time()) + 3600), ec.generate_private_key(ec.SECP256R1()), algorithm="ES256"
+        _claims(namespace, exp=int(time.time()) + 3600),
+        ec.generate_private_key(ec.SECP256R1()),
+        algorithm="ES256",
     )
     app = _app(CachedReviewer(KubeTokenReviewer(kube_api)))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
@@ -122,7 +128,9 @@ async def test_token_of_deleted_pod_is_rejected(kube_api: Any, namespace: str, m
         await asyncio.sleep(0.2)
 
 
-async def test_cache_shares_reviews_and_never_keeps_raw_tokens(kube_api: Any, namespace: str, mint_token: Any) -> None:
+async def test_cache_shares_reviews_and_never_keeps_raw_tokens(
+    kube_api: Any, namespace: str, mint_token: Any
+) -> None:
     token = await mint_token(namespace)
 
     class Counting:

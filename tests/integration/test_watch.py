@@ -28,14 +28,23 @@ def _cm(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "data": {"k": "v"}}
 
 
-async def test_list_then_watch_then_410_relists(kube_api: Any, namespace: str) -> None:
+async def test_list_then_watch_then_410_relists(
+    kube_api: Any, namespace: str, devcluster: DevCluster
+) -> None:
     core = client.CoreV1Api(kube_api)
+    stale_rv = (await core.list_namespaced_config_map(namespace)).metadata.resource_version
     await core.create_namespaced_config_map(namespace, body=_cm("before"))
+    # With etcd compacted past stale_rv and the apiserver's watch cache rebuilt by a
+    # restart, a watch from stale_rv answers 410 Gone.
+    await asyncio.to_thread(devcluster.compact_etcd)
+    await asyncio.to_thread(devcluster.restart_component, "kube-apiserver")
     queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
-    # resourceVersion "1" is older than the apiserver's watch cache: the watch answers 410 Gone.
+    health = WatchHealth()
     task = asyncio.create_task(
         _collect(
-            resumable_watch(core.list_namespaced_config_map, namespace=namespace, resource_version="1"),
+            resumable_watch(
+                core.list_namespaced_config_map, namespace=namespace, resource_version=stale_rv, health=health
+            ),
             queue,
         )
     )
@@ -43,6 +52,7 @@ async def test_list_then_watch_then_410_relists(kube_api: Any, namespace: str) -
         first = await _next(queue)
         assert first.type == "RELISTED"
         assert "before" in {i.metadata.name for i in first.items}
+        assert health.relists == 1
         await core.create_namespaced_config_map(namespace, body=_cm("after"))
         ev = await _next(queue)
         while ev.object is None or ev.object.metadata.name != "after":
@@ -89,7 +99,9 @@ async def test_watch_resumes_after_apiserver_restart(
         names = []
         while "two" not in names:
             ev = await _next(queue, timeout=60)
-            names += [i.metadata.name for i in ev.items] if ev.type == "RELISTED" else [ev.object.metadata.name]
+            names += (
+                [i.metadata.name for i in ev.items] if ev.type == "RELISTED" else [ev.object.metadata.name]
+            )
         assert health.healthy
         assert health.error is None
     finally:

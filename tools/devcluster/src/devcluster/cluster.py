@@ -72,6 +72,15 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return result[0]
 
 
+def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        result: dict[str, Any] = json.loads(r.read())
+        return result
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -260,6 +269,16 @@ class DevCluster:
         if name == "kube-apiserver":
             self._wait("kube-apiserver", self.apiserver_ready, name, timeout)
 
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to now (fault tests: old resourceVersions become 410 Gone)."""
+        ports = self.ports()
+        assert ports is not None
+        base = f"http://127.0.0.1:{ports.etcd_client}/v3/kv"
+        head = _post_json(f"{base}/range", {"key": "AA=="})  # any key: the header has the revision
+        revision = int(head["header"]["revision"])
+        _post_json(f"{base}/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
     # -- component command lines ------------------------------------------
     def _etcd_healthy(self, ports: Ports) -> bool:
         try:
@@ -313,6 +332,7 @@ class DevCluster:
         ]
 
     def _kube_common(self, ports_field: int) -> list[str]:
+        assert self.pki is not None
         kc = str(self.kubeconfig)
         return [
             f"--kubeconfig={kc}",
@@ -320,7 +340,9 @@ class DevCluster:
             f"--authorization-kubeconfig={kc}",
             "--bind-address=127.0.0.1",
             f"--secure-port={ports_field}",
-            f"--cert-dir={self.state / 'certs'}",
+            # Serve with our CA's certificate so health checks can verify it.
+            f"--tls-cert-file={self.pki.path('apiserver.crt')}",
+            f"--tls-private-key-file={self.pki.path('apiserver.key')}",
             "--leader-elect=false",
             "--v=1",
         ]
@@ -362,6 +384,16 @@ class DevCluster:
                     "tlsPrivateKeyFile": str(self.pki.path("kwok.key")),
                     "cidr": "10.244.0.1/16",
                     "nodeLeaseDurationSeconds": 40,
+                    # kwok applies none of its documented defaults to a config file's
+                    # options, so everything it needs is spelled out here.
+                    "enableDebuggingHandlers": True,  # serves pods/log (ClusterLogs)
+                    "enableProfilingHandler": False,
+                    "enablePodsOnNodeSyncListPager": True,
+                    "enablePodsOnNodeSyncStreamWatch": False,
+                    "nodeLeaseParallelism": 16,
+                    "nodePlayStageParallelism": 16,
+                    "podPlayStageParallelism": 16,
+                    "podsOnNodeSyncParallelism": 8,
                     "enableCRDs": [],
                 },
             },
