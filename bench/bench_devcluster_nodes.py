@@ -20,7 +20,12 @@ async def scale(cluster: DevCluster) -> tuple[float, float]:
     try:
         t0 = time.monotonic()
         names = await ensure_nodes(
-            api, gpu_nodes=NODES, shape=NodeShape(8, "H100"), cpu_nodes=0, progress=lambda _m: None, prefix="bench"
+            api,
+            gpu_nodes=NODES,
+            shape=NodeShape(8, "H100"),
+            cpu_nodes=0,
+            progress=lambda _m: None,
+            prefix="bench",
         )
         created = time.monotonic() - t0
         await wait_nodes_ready(api, names, lambda m: print(f"  {m}", flush=True), timeout=900)

@@ -56,14 +56,27 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(proc.stdout)
         sys.stderr.write(proc.stderr[-4000:])
         summary = next(
-            (ln.removeprefix("SUMMARY:").strip() for ln in reversed(proc.stdout.splitlines()) if ln.startswith("SUMMARY:")),
+            (
+                ln.removeprefix("SUMMARY:").strip()
+                for ln in reversed(proc.stdout.splitlines())
+                if ln.startswith("SUMMARY:")
+            ),
             None,
         )
         if proc.returncode != 0 or summary is None:
             failed += 1
             summary = f"FAILED (exit {proc.returncode})"
         summaries.append(f"| {script.stem} | {summary} |")
-        sections += [f"## {script.stem}", "", f"Ran in {took:.0f}s.", "", "```", proc.stdout.strip(), "```", ""]
+        sections += [
+            f"## {script.stem}",
+            "",
+            f"Ran in {took:.0f}s.",
+            "",
+            "```",
+            proc.stdout.strip(),
+            "```",
+            "",
+        ]
     doc = [
         "# Benchmarks",
         "",

@@ -52,7 +52,7 @@ def main() -> int:
             f"{prefix}GRPC_PORT": str(grpc),
             f"{prefix}LOG_JSON": "false",
         }
-        log = open(LOGS / f"{name}.log", "ab")  # noqa: SIM115 - kept open for the child's lifetime
+        log = open(LOGS / f"{name}.log", "ab")
         procs.append((name, subprocess.Popen([str(bin_dir / script)], env=env, stdout=log, stderr=log)))
 
     def stop(*_: object) -> None:

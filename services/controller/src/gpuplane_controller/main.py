@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from gpuplane_core.app import create_app, serve
 from gpuplane_controller.api.health import router as health_router
 from gpuplane_controller.settings import Settings
+from gpuplane_core.app import create_app, serve
 
 SERVICE = "controller"
 
