@@ -8,6 +8,7 @@ so the next `make run` starts in seconds; `make cluster-down` removes it).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -28,6 +29,12 @@ SERVICES = [
     ("gpuctl", "gpuctl-server", "GPUPLANE_GPUCTL_", 8000, 9092, "/readyz"),
     ("lens", "lens-server", "GPUPLANE_LENS_", 8090, 9093, "/readyz"),
 ]
+
+
+def _die_with_parent() -> None:
+    """Linux: the service gets SIGTERM if this runner dies, so no orphan keeps its port."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def healthy(url: str) -> bool:
@@ -53,9 +60,19 @@ def main() -> int:
             f"{prefix}LOG_JSON": "false",
         }
         log = open(LOGS / f"{name}.log", "ab")
-        procs.append((name, subprocess.Popen([str(bin_dir / script)], env=env, stdout=log, stderr=log)))
+        procs.append(
+            (
+                name,
+                subprocess.Popen(
+                    [str(bin_dir / script)], env=env, stdout=log, stderr=log, preexec_fn=_die_with_parent
+                ),
+            )
+        )
 
     def stop(*_: object) -> None:
+        # Ctrl-C and SIGTERM reach us twice (directly and forwarded by `uv run`): finish stopping.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for _n, p in procs:
             p.terminate()
         for _n, p in procs:
@@ -78,7 +95,9 @@ def main() -> int:
     for name, _s, _p, http, _g, _h in SERVICES:
         print(f"  {name:<11} http://127.0.0.1:{http}   (docs: /docs, metrics: /metrics)")
     print(f"\n  logs: {LOGS}\n  Ctrl-C stops the services; `make cluster-down` removes the cluster.\n")
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Explicit: a shell starts background jobs with SIGINT ignored, and Python keeps that.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         while all(p.poll() is None for _n, p in procs):
             time.sleep(0.5)
