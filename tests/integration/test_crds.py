@@ -15,43 +15,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from crd_files import (
+    CRD_FILES,
+    CRDS,
+    GROUP,
+    INVALID_SAMPLES,
+    SAMPLE_DIR,
+    VALID_SAMPLES,
+    VERSION,
+    expectations,
+    load,
+)
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 pytestmark = pytest.mark.cluster
 
-REPO = Path(__file__).resolve().parents[2]
-CRD_DIR = REPO / "charts" / "gpuplane" / "crds"
-SAMPLE_DIR = REPO / "charts" / "gpuplane" / "crd-samples"
-INVALID_DIR = SAMPLE_DIR / "invalid"
 
-GROUP = "tensor-fusion.ai"
-VERSION = "v1"
 # merge patch; the generated stubs do not declare `_content_type`, so it is passed as **MERGE_PATCH.
 MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
-
-
-def _load(path: Path) -> dict[str, Any]:
-    doc = yaml.safe_load(path.read_text())
-    assert isinstance(doc, dict)
-    return doc
-
-
-CRD_FILES = sorted(CRD_DIR.glob("*.yaml"))
-CRDS = {crd["spec"]["names"]["kind"]: crd for crd in map(_load, CRD_FILES)}
-VALID_SAMPLES = sorted(SAMPLE_DIR.glob("*.yaml"))
-INVALID_SAMPLES = sorted(INVALID_DIR.glob("*.yaml"))
-
-
-def _expectations(path: Path) -> dict[str, str]:
-    out = {}
-    for line in path.read_text().splitlines():
-        for key in ("expect-status", "expect-field", "field-validation"):
-            if line.startswith(f"# {key}:"):
-                out[key] = line.split(":", 1)[1].strip()
-    return out
 
 
 def _is_subset(expected: Any, actual: Any) -> bool:
@@ -170,7 +153,7 @@ async def objects(kube_api: client.ApiClient, namespace: str) -> AsyncIterator[O
 
 @pytest.mark.parametrize("path", CRD_FILES, ids=lambda p: p.stem)
 async def test_crd_is_established_as_written(kube_api: client.ApiClient, path: Path) -> None:
-    want = _load(path)
+    want = load(path)
     name = want["metadata"]["name"]
     ext = client.ApiextensionsV1Api(kube_api)
     conditions: dict[str, str] = {}
@@ -213,7 +196,7 @@ async def test_discovery_lists_every_kind(kube_api: client.ApiClient) -> None:
 
 @pytest.mark.parametrize("path", VALID_SAMPLES, ids=lambda p: p.stem)
 async def test_valid_sample_round_trips(objects: Objects, path: Path) -> None:
-    sample = objects.prepare(_load(path))
+    sample = objects.prepare(load(path))
     kind, name = sample["kind"], sample["metadata"]["name"]
 
     created = await objects.create(sample)  # status included on purpose: the subresource must drop it
@@ -238,8 +221,8 @@ async def test_valid_sample_round_trips(objects: Objects, path: Path) -> None:
 
 @pytest.mark.parametrize("path", INVALID_SAMPLES, ids=lambda p: p.stem)
 async def test_invalid_sample_is_rejected(objects: Objects, path: Path) -> None:
-    expect = _expectations(path)
-    sample = objects.prepare(_load(path))
+    expect = expectations(path)
+    sample = objects.prepare(load(path))
     kwargs = {"field_validation": expect["field-validation"]} if "field-validation" in expect else {}
 
     with pytest.raises(ApiException) as caught:
@@ -260,15 +243,15 @@ async def test_invalid_sample_is_rejected(objects: Objects, path: Path) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in INVALID_SAMPLES if _expectations(p).get("field-validation") == "Strict"],
+    [p for p in INVALID_SAMPLES if expectations(p).get("field-validation") == "Strict"],
     ids=lambda p: p.stem,
 )
 async def test_unknown_fields_are_pruned_when_not_strict(objects: Objects, path: Path) -> None:
     """Without fieldValidation=Strict the apiserver accepts the object but drops what the schema lacks."""
-    sample = objects.prepare(_load(path))
+    sample = objects.prepare(load(path))
     created = await objects.create(sample, field_validation="Warn")
     node: Any = created
-    *parents, leaf = _expectations(path)["expect-field"].split(".")
+    *parents, leaf = expectations(path)["expect-field"].split(".")
     for step in parents:
         node = node.get(step, {})
     assert leaf not in node
@@ -278,7 +261,7 @@ async def test_unknown_fields_are_pruned_when_not_strict(objects: Objects, path:
 
 
 async def test_status_and_spec_are_written_separately(objects: Objects) -> None:
-    sample = objects.prepare(_load(SAMPLE_DIR / "gpunode.yaml"))
+    sample = objects.prepare(load(SAMPLE_DIR / "gpunode.yaml"))
     kind, name = sample["kind"], sample["metadata"]["name"]
     await objects.create(sample)
     await objects.patch_status(kind, name, {"status": sample["status"]})
@@ -309,7 +292,7 @@ async def test_status_and_spec_are_written_separately(objects: Objects) -> None:
     ],
 )
 async def test_invalid_status_is_rejected(objects: Objects, status: dict[str, Any], field: str) -> None:
-    sample = objects.prepare(_load(SAMPLE_DIR / "gpu.yaml"))
+    sample = objects.prepare(load(SAMPLE_DIR / "gpu.yaml"))
     await objects.create(sample)
     with pytest.raises(ApiException) as caught:
         await objects.patch_status(sample["kind"], sample["metadata"]["name"], {"status": status})
@@ -318,7 +301,7 @@ async def test_invalid_status_is_rejected(objects: Objects, status: dict[str, An
 
 
 async def test_quantities_accept_integers_and_strings(objects: Objects) -> None:
-    sample = objects.prepare(_load(SAMPLE_DIR / "tensorfusionworkload.yaml"))
+    sample = objects.prepare(load(SAMPLE_DIR / "tensorfusionworkload.yaml"))
     sample["spec"]["resources"] = {
         "requests": {"tflops": 100, "vram": "16Gi"},
         "limits": {"tflops": "200.5", "vram": 17179869184},
@@ -332,7 +315,7 @@ async def test_quantities_accept_integers_and_strings(objects: Objects) -> None:
 
 @pytest.mark.parametrize("sample_file", ["gpu.yaml", "gpunode.yaml", "gpupool.yaml"])
 async def test_printer_columns_render(kube_api: client.ApiClient, objects: Objects, sample_file: str) -> None:
-    sample = objects.prepare(_load(SAMPLE_DIR / sample_file))
+    sample = objects.prepare(load(SAMPLE_DIR / sample_file))
     kind, name = sample["kind"], sample["metadata"]["name"]
     await objects.create(sample)
     await objects.patch_status(kind, name, {"status": sample["status"]})

@@ -179,3 +179,43 @@ async def test_namespace_deletion_finishes(kube_api: Any) -> None:
         return False
 
     await eventually(gone, timeout=90, what="namespace fully deleted")
+
+
+async def test_make_gpu_nodes_creates_ready_nodes_of_the_asked_shape(
+    kube_api: Any, make_gpu_nodes: Any
+) -> None:
+    names = await make_gpu_nodes(2, gpus=4, model="A100", labels={"runwhere.ai/pool": "p1"})
+    core = client.CoreV1Api(kube_api)
+    for name in names:
+        node = await core.read_node(name)
+        assert node.status.allocatable["nvidia.com/gpu"] == "4"
+        assert node.metadata.labels["runwhere.ai/pool"] == "p1"
+        assert node.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+
+
+def test_cli_env_and_status_describe_the_running_cluster(devcluster: Any) -> None:
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "devcluster.cli", "--name", devcluster.name, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    env = cli("env")
+    assert env.returncode == 0
+    assert env.stdout.strip() == f"KUBECONFIG={devcluster.kubeconfig}"
+    status = cli("status")
+    assert status.returncode == 0
+    assert all(f"{c}" in status.stdout for c in ("etcd", "kube-apiserver", "kwok"))
+    assert "stopped" not in status.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "devcluster.cli", "--name", "never-started", "env"],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 1
+    assert "not up" in missing.stderr

@@ -14,15 +14,17 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
+from crd_files import (
+    CRD_DIR,
+    CRDS,
+    GROUP,
+    INVALID_SAMPLES,
+    VALID_SAMPLES,
+    VERSION,
+    expectations,
+    load,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-CRD_DIR = REPO / "charts" / "gpuplane" / "crds"
-SAMPLE_DIR = REPO / "charts" / "gpuplane" / "crd-samples"
-INVALID_DIR = SAMPLE_DIR / "invalid"
-
-GROUP = "tensor-fusion.ai"
-VERSION = "v1"
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
     r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
@@ -217,39 +219,10 @@ PRINTER_TYPES = {"integer", "number", "string", "boolean", "date"}
 # ---------------------------------------------------------------- loading
 
 
-def _load(path: Path) -> dict[str, Any]:
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    assert len(docs) == 1, f"{path.name}: expected exactly one YAML document"
-    doc = docs[0]
-    assert isinstance(doc, dict)
-    return doc
-
-
-def _crds() -> dict[str, dict[str, Any]]:
-    out = {}
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        crd = _load(path)
-        out[crd["spec"]["names"]["kind"]] = crd
-    return out
-
-
-CRDS = _crds()
-VALID_SAMPLES = sorted(SAMPLE_DIR.glob("*.yaml"))
-INVALID_SAMPLES = sorted(INVALID_DIR.glob("*.yaml"))
-
-
 def _schema(kind: str) -> dict[str, Any]:
     (version,) = CRDS[kind]["spec"]["versions"]
     schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
     return schema
-
-
-def _expectations(path: Path) -> dict[str, str]:
-    """`# expect-status: 422` style header lines of an invalid sample."""
-    found = re.findall(
-        r"^# (expect-status|expect-field|field-validation): *(\S+)\s*$", path.read_text(), re.M
-    )
-    return dict(found)
 
 
 def _split_jsonpath(path: str) -> list[str]:
@@ -512,14 +485,14 @@ def test_minimums(kind: str, path: str, minimum: int) -> None:
 
 
 def test_every_kind_has_a_valid_sample() -> None:
-    kinds = sorted(_load(p)["kind"] for p in VALID_SAMPLES)
+    kinds = sorted(load(p)["kind"] for p in VALID_SAMPLES)
     assert kinds == sorted(INTENDED)
     assert len(INVALID_SAMPLES) >= 4
 
 
 @pytest.mark.parametrize("path", VALID_SAMPLES + INVALID_SAMPLES, ids=lambda p: p.name)
 def test_sample_has_a_crd(path: Path) -> None:
-    obj = _load(path)
+    obj = load(path)
     assert obj["apiVersion"] == f"{GROUP}/{VERSION}"
     assert obj["kind"] in CRDS
     assert "namespace" not in obj["metadata"], "the tests set the namespace"
@@ -528,7 +501,7 @@ def test_sample_has_a_crd(path: Path) -> None:
 
 @pytest.mark.parametrize("path", VALID_SAMPLES, ids=lambda p: p.name)
 def test_valid_sample_matches_schema(path: Path) -> None:
-    obj = _load(path)
+    obj = load(path)
     assert path.stem == obj["kind"].lower()
     assert validate(_schema(obj["kind"]), obj) == []
     assert obj.get("status"), "give every sample a status so the status subresource is exercised"
@@ -536,11 +509,11 @@ def test_valid_sample_matches_schema(path: Path) -> None:
 
 @pytest.mark.parametrize("path", INVALID_SAMPLES, ids=lambda p: p.name)
 def test_invalid_sample_is_rejected_by_schema(path: Path) -> None:
-    expect = _expectations(path)
+    expect = expectations(path)
     assert expect["expect-status"] in {"400", "422"}
     if expect["expect-status"] == "400":
         assert expect.get("field-validation") == "Strict"
-    obj = _load(path)
+    obj = load(path)
     errors = validate(_schema(obj["kind"]), obj)
     assert errors, "sample unexpectedly valid"
     assert any(e.startswith(expect["expect-field"] + ":") for e in errors), errors

@@ -5,7 +5,6 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from gpuplane_core.app import create_app, serve
-from gpuplane_lens.api.health import router as health_router
 from gpuplane_lens.settings import Settings
 
 SERVICE = "lens"
@@ -13,9 +12,7 @@ SERVICE = "lens"
 
 def build_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    app = create_app(service=SERVICE, title="Lens cluster manager", settings=settings, error_style="problem")
-    app.include_router(health_router)
-    return app
+    return create_app(service=SERVICE, title="Lens cluster manager", settings=settings, error_style="problem")
 
 
 def main() -> None:
