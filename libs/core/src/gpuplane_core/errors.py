@@ -2,21 +2,21 @@
 
 Domain and adapter code raise these; `http_errors` maps them once to the
 documented HTTP error shapes and `grpc.errors` maps them once to gRPC status
-codes. Each class carries both mappings so they cannot drift apart.
+codes. Each class carries both mappings so they cannot drift apart; the gRPC
+one is the status code's *name*, so this module (and the pure domain code
+that raises these errors) does not depend on grpc.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import grpc
-
 
 class GpuplaneError(Exception):
     """Base class. `code` is a stable machine-readable code (Lens exposes it)."""
 
     http_status: ClassVar[int] = 500
-    grpc_status: ClassVar[grpc.StatusCode] = grpc.StatusCode.INTERNAL
+    grpc_status: ClassVar[str] = "INTERNAL"
     default_code: ClassVar[str] = "internal_error"
 
     def __init__(
@@ -41,7 +41,7 @@ class InvalidSpec(GpuplaneError):
     """The caller sent something malformed (bad YAML, unknown key, bad value)."""
 
     http_status = 400
-    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_status = "INVALID_ARGUMENT"
     default_code = "invalid_spec"
 
 
@@ -54,25 +54,25 @@ class Unprocessable(InvalidSpec):
 
 class Unauthorized(GpuplaneError):
     http_status = 401
-    grpc_status = grpc.StatusCode.UNAUTHENTICATED
+    grpc_status = "UNAUTHENTICATED"
     default_code = "unauthorized"
 
 
 class Forbidden(GpuplaneError):
     http_status = 403
-    grpc_status = grpc.StatusCode.PERMISSION_DENIED
+    grpc_status = "PERMISSION_DENIED"
     default_code = "forbidden"
 
 
 class NotFound(GpuplaneError):
     http_status = 404
-    grpc_status = grpc.StatusCode.NOT_FOUND
+    grpc_status = "NOT_FOUND"
     default_code = "not_found"
 
 
 class Conflict(GpuplaneError):
     http_status = 409
-    grpc_status = grpc.StatusCode.ALREADY_EXISTS
+    grpc_status = "ALREADY_EXISTS"
     default_code = "conflict"
 
 
@@ -85,13 +85,13 @@ class InsufficientCapacity(GpuplaneError):
     """A request that can never fit (quota, pool size, filters)."""
 
     http_status = 422
-    grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpc_status = "RESOURCE_EXHAUSTED"
     default_code = "insufficient_capacity"
 
 
 class NotImplementedYet(GpuplaneError):
     http_status = 501
-    grpc_status = grpc.StatusCode.UNIMPLEMENTED
+    grpc_status = "UNIMPLEMENTED"
     default_code = "not_implemented"
 
 
@@ -99,7 +99,7 @@ class UpstreamError(GpuplaneError):
     """A dependency (Kubernetes API, a managed cluster, a peer service) failed."""
 
     http_status = 502
-    grpc_status = grpc.StatusCode.UNAVAILABLE
+    grpc_status = "UNAVAILABLE"
     default_code = "upstream_error"
 
 
@@ -107,13 +107,13 @@ class NotReady(GpuplaneError):
     """This instance cannot answer now (not leader, not initialised, watch broken)."""
 
     http_status = 503
-    grpc_status = grpc.StatusCode.UNAVAILABLE
+    grpc_status = "UNAVAILABLE"
     default_code = "not_ready"
 
 
 class Timeout(GpuplaneError):
     http_status = 504
-    grpc_status = grpc.StatusCode.DEADLINE_EXCEEDED
+    grpc_status = "DEADLINE_EXCEEDED"
     default_code = "timeout"
 
 

@@ -30,11 +30,16 @@ INTERNAL_MESSAGE = "internal error"
 _KNOWN: tuple[type[GpuplaneError], ...] = (*ALL_ERRORS, GpuplaneError)
 _BY_NAME: dict[str, type[GpuplaneError]] = {cls.__name__: cls for cls in _KNOWN}
 _BY_CODE: dict[str, type[GpuplaneError]] = {}
+def grpc_code(err: GpuplaneError | type[GpuplaneError]) -> grpc.StatusCode:
+    """The gRPC status of an error (errors.py names it, so domain code needs no grpc import)."""
+    return grpc.StatusCode[err.grpc_status]
+
+
 _BY_STATUS: dict[grpc.StatusCode, type[GpuplaneError]] = {}
 for _cls in ALL_ERRORS:
     _BY_CODE.setdefault(_cls.default_code, _cls)
     if _cls is not InternalError:  # first (most general) class wins for a shared status
-        _BY_STATUS.setdefault(_cls.grpc_status, _cls)
+        _BY_STATUS.setdefault(grpc_code(_cls), _cls)
 
 
 def _ascii(value: str) -> str:
@@ -49,21 +54,21 @@ def _known_class(err: GpuplaneError) -> type[GpuplaneError]:
 
 def status_for(err: GpuplaneError) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
     """The status, details and trailing metadata a server sends for `err`."""
-    hidden = err.grpc_status == grpc.StatusCode.INTERNAL
+    hidden = grpc_code(err) == grpc.StatusCode.INTERNAL
     trailers = [(CLASS_KEY, _known_class(err).__name__), (CODE_KEY, _ascii(err.code))]
     if err.field:
         trailers.append((FIELD_KEY, _ascii(err.field)))
-    return err.grpc_status, INTERNAL_MESSAGE if hidden else err.message, tuple(trailers)
+    return grpc_code(err), INTERNAL_MESSAGE if hidden else err.message, tuple(trailers)
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str) -> NoReturn:
     """Turn an exception raised by a handler into the matching gRPC status."""
     if isinstance(exc, GpuplaneError):
         err = exc
-        if err.grpc_status == grpc.StatusCode.INTERNAL:
+        if grpc_code(err) == grpc.StatusCode.INTERNAL:
             log.error("gRPC %s failed: %s", method, err.message, exc_info=exc)
         else:
-            log.debug("gRPC %s answered %s: %s", method, err.grpc_status.name, err.message)
+            log.debug("gRPC %s answered %s: %s", method, err.grpc_status, err.message)
     else:
         log.error("gRPC %s raised an unexpected exception", method, exc_info=exc)
         err = InternalError(INTERNAL_MESSAGE)
