@@ -1,0 +1,1 @@
+"""Adapters to managed clusters (kubernetes_asyncio built from each stored kubeconfig)."""

@@ -1,0 +1,1 @@
+"""Use cases: each combines the store, the cluster adapters and the pure domain rules."""

@@ -1,0 +1,1 @@
+"""Adapter for pinned software checkouts (real `git`)."""

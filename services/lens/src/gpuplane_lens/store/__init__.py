@@ -1,0 +1,1 @@
+"""Persistence adapter: SQLAlchemy (SQLite or PostgreSQL), Alembic migrations, encrypted kubeconfigs."""
