@@ -2,17 +2,60 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI
 
 from gpuplane_core.app import create_app, serve
+from gpuplane_core.k8s.client import load_api_client
+from gpuplane_gpuctl.api import base, jobs
+from gpuplane_gpuctl.grpc.capacity import CapacityClient
+from gpuplane_gpuctl.k8s.jobs import JobRepo
+from gpuplane_gpuctl.k8s.pod_cache import PodCache
 from gpuplane_gpuctl.settings import Settings
 
 SERVICE = "gpuctl"
 
 
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    api = await load_api_client(settings.kubeconfig)
+    app.state.jobs = JobRepo(api)
+    await app.state.jobs.ensure_priority_classes()
+    app.state.pod_cache = PodCache(api)
+    app.state.pod_cache.start()
+    app.state.capacity = CapacityClient(settings.controller_address) if settings.controller_address else None
+    try:
+        yield
+    finally:
+        await app.state.pod_cache.stop()
+        if app.state.capacity is not None:
+            await app.state.capacity.close()
+        await api.close()
+
+
+def _readiness(app: FastAPI) -> str | None:
+    cache = getattr(app.state, "pod_cache", None)
+    if cache is None:
+        return "starting"
+    return None if cache.health.healthy else (cache.health.error or "pod watch not synced")
+
+
 def build_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    return create_app(service=SERVICE, title="gpuctl API", settings=settings, error_style="simple")
+    app = create_app(
+        service=SERVICE,
+        title="gpuctl API",
+        settings=settings,
+        error_style="simple",
+        lifespan=lifespan,
+        readiness=_readiness,
+    )
+    app.include_router(base.router)
+    app.include_router(jobs.router)
+    return app
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from gpuplane_core.settings import ServiceSettings
@@ -12,3 +13,7 @@ class Settings(ServiceSettings):
 
     http_port: int = 8000
     grpc_port: int = 9092
+    controller_address: str | None = None
+    """host:port of the controller's gRPC CapacityService; without it fractional jobs are refused (503)."""
+    max_yaml_bytes: int = Field(default=256 * 1024, ge=1024)
+    max_batch_items: int = Field(default=100, ge=1)

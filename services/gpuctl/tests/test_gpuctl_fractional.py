@@ -1,0 +1,141 @@
+"""Fractional-GPU jobs: admitted only after the real controller's SimulateSchedule says they can fit."""
+
+from __future__ import annotations
+
+import importlib.util
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from gpuctl_helpers import (
+    ControllerProcess,
+    ServerThread,
+    create_gpu_pool,
+    delete_gpu_pool,
+    eventually,
+    make_settings,
+)
+from kubernetes_asyncio import client
+
+
+def _controller_serves_capacity() -> bool:
+    if importlib.util.find_spec("gpuplane_controller.grpc.servicers") is None:
+        return False
+    from gpuplane_controller.grpc import servicers
+
+    return hasattr(servicers, "Capacity")
+
+
+pytestmark = pytest.mark.skipif(
+    not _controller_serves_capacity(),
+    reason="the controller (gpuplane_controller) does not serve CapacityService yet",
+)
+
+
+@pytest.fixture(scope="module")
+def controller(devcluster: Any) -> Iterator[ControllerProcess]:
+    proc = ControllerProcess(str(devcluster.kubeconfig))
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def frac_url(devcluster: Any, controller: ControllerProcess) -> Iterator[str]:
+    with ServerThread(make_settings(devcluster, controller_address=controller.grpc_target)) as url:
+        yield url
+
+
+@pytest.fixture
+async def pool(kube_api: Any, make_gpu_nodes: Any) -> AsyncIterator[tuple[str, list[str]]]:
+    name = f"gp-{secrets.token_hex(3)}"
+    nodes = await make_gpu_nodes(1, labels={"test-pool": name})
+    gpus = await create_gpu_pool(kube_api, name, nodes, tflops="100", vram="80Gi", per_node=2)
+    yield name, nodes
+    await delete_gpu_pool(kube_api, name, gpus)
+
+
+def frac_yaml(name: str, ns: str, pool: str, share: str) -> str:
+    return (
+        f"kind: inference\nversion: v0.1\njob: {{name: {name}, namespace: {ns}}}\n"
+        "environment: {image: vllm/vllm-openai:latest}\n"
+        f"resources: {{pool: {pool}, cpu: 1, memory: 1Gi, gpuShare: {share}}}\n"
+        "service: {port: 8000}\n"
+    )
+
+
+async def post(url: str, text: str) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=url + "/api/v1", timeout=30) as c:
+        return await c.post("/jobs", json={"yamlContent": text})
+
+
+async def test_impossible_share_is_refused_naming_the_filter(
+    frac_url: str, namespace: str, pool: tuple[str, list[str]], kube_api: Any
+) -> None:
+    name, _ = pool
+
+    async def refused() -> httpx.Response | None:
+        r = await post(frac_url, frac_yaml("too-big", namespace, name, "{tflops: 500, vram: 10Gi}"))
+        return r if r.status_code == 422 else None  # the controller's informer may still be catching up
+
+    r = await eventually(refused, 20, "422 for an impossible share")
+    err = r.json()["error"]
+    assert err.startswith("gpuShare can never be scheduled") and "(filter " in err
+    with pytest.raises(client.ApiException):
+        await client.AppsV1Api(kube_api).read_namespaced_deployment("too-big", namespace)
+
+
+async def test_possible_share_is_created_and_bound_by_the_controller(
+    frac_url: str, namespace: str, pool: tuple[str, list[str]], kube_api: Any
+) -> None:
+    name, nodes = pool
+
+    async def admitted() -> httpx.Response | None:
+        r = await post(frac_url, frac_yaml("fits", namespace, name, "{tflops: 40, vram: 8Gi, qos: high}"))
+        return r if r.status_code == 201 else None
+
+    r = await eventually(admitted, 20, "201 for a share that fits")
+    assert "fits now on" in r.json()["message"]
+    core = client.CoreV1Api(kube_api)
+
+    async def bound() -> Any:
+        pods = (await core.list_namespaced_pod(namespace, label_selector="runwhere.ai/job-name=fits")).items
+        return pods[0] if pods and pods[0].spec.node_name else None
+
+    pod = await eventually(bound, 30, "the fractional pod bound by tensor-fusion-scheduler")
+    assert pod.spec.node_name == nodes[0]
+    assert pod.spec.scheduler_name == "tensor-fusion-scheduler"
+    assert pod.metadata.annotations["tensor-fusion.ai/tflops-request"] == "40"
+
+
+async def test_busy_share_is_created_and_waits(
+    frac_url: str, namespace: str, pool: tuple[str, list[str]], kube_api: Any
+) -> None:
+    name, _ = pool
+    core = client.CoreV1Api(kube_api)
+
+    async def bound(job: str) -> Any:
+        pods = (await core.list_namespaced_pod(namespace, label_selector=f"runwhere.ai/job-name={job}")).items
+        return pods[0] if pods and pods[0].spec.node_name else None
+
+    for job in ("hog-a", "hog-b"):  # each takes 80 of one GPU's 100 TFLOPs
+
+        async def admitted(job: str = job) -> httpx.Response | None:
+            r = await post(frac_url, frac_yaml(job, namespace, name, "{tflops: 80, vram: 8Gi}"))
+            return r if r.status_code == 201 else None
+
+        await eventually(admitted, 20, f"{job} admitted")
+        await eventually(lambda job=job: bound(job), 30, f"{job} bound")
+
+    async def queued() -> httpx.Response | None:
+        r = await post(frac_url, frac_yaml("waiter", namespace, name, "{tflops: 80, vram: 8Gi}"))
+        return r if r.status_code == 201 else None
+
+    r = await eventually(queued, 20, "busy job admitted")
+    assert "busy now, queued" in r.json()["message"]
+    pods = (await core.list_namespaced_pod(namespace, label_selector="runwhere.ai/job-name=waiter")).items
+    assert all(not p.spec.node_name for p in pods)
