@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuplane_gpuctl.domain.errors import SpecError
+from gpuplane_core.errors import InvalidSpec
 from gpuplane_gpuctl.domain.manifests import (
     GPU_RESOURCE,
     L_POOL,
@@ -72,8 +72,8 @@ def spec_of(text: str) -> JobSpec:
     return parse_spec(load_document(text))
 
 
-def error_of(text: str, limits: YamlLimits | None = None) -> SpecError:
-    with pytest.raises(SpecError) as e:
+def error_of(text: str, limits: YamlLimits | None = None) -> InvalidSpec:
+    with pytest.raises(InvalidSpec) as e:
         parse_spec(load_document(text, limits or YamlLimits()))
     return e.value
 

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from gpuplane_core.errors import InsufficientCapacity, InvalidSpec, NotReady
+from gpuplane_core.errors import InsufficientCapacity, NotReady
 from gpuplane_core.quantity import parse_quantity
-from gpuplane_gpuctl.domain.errors import SpecError
 from gpuplane_gpuctl.domain.manifests import Manifests, to_manifests
 from gpuplane_gpuctl.domain.spec import GpuShare, JobSpec, parse_spec
 from gpuplane_gpuctl.domain.yaml_load import YamlLimits, load_document
@@ -23,10 +22,7 @@ from gpuplane_gpuctl.ports import JobStore
 
 
 def parse(yaml_text: str, limits: YamlLimits) -> JobSpec:
-    try:
-        return parse_spec(load_document(yaml_text, limits))
-    except SpecError as e:
-        raise InvalidSpec(e.message, field=e.field) from None
+    return parse_spec(load_document(yaml_text, limits))
 
 
 @dataclass(frozen=True)

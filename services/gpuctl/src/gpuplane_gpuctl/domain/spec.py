@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpuplane_gpuctl.domain.errors import SpecError
+from gpuplane_core.errors import InvalidSpec
 
 Kind = Literal["training", "inference", "notebook", "compute"]
 KINDS: tuple[str, ...] = ("training", "inference", "notebook", "compute")
@@ -265,7 +265,7 @@ def _describe(err: Any) -> tuple[str, str]:
 
 
 def parse_spec(data: dict[str, Any]) -> JobSpec:
-    """Validate a loaded document; the SpecError names every offending field (first one as `field`)."""
+    """Validate a loaded document; the InvalidSpec names every offending field (first one as `field`)."""
     try:
         return JobSpec.model_validate(data)
     except ValidationError as e:
@@ -276,4 +276,4 @@ def parse_spec(data: dict[str, Any]) -> JobSpec:
             seen.setdefault(path, msg)
         msgs = list(seen.values())
         text = "; ".join(msgs[:5]) + (f"; and {len(msgs) - 5} more" if len(msgs) > 5 else "")
-        raise SpecError(text, field=next(iter(seen))) from None
+        raise InvalidSpec(text, field=next(iter(seen))) from None

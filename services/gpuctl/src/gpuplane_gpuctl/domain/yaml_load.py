@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from gpuplane_gpuctl.domain.errors import SpecError
+from gpuplane_core.errors import InvalidSpec
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,10 @@ class _BoundedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > self.limits.max_aliases:
-                raise SpecError(f"YAML uses more than {self.limits.max_aliases} aliases")
+                raise InvalidSpec(f"YAML uses more than {self.limits.max_aliases} aliases")
         self._depth += 1
         if self._depth > self.limits.max_depth:
-            raise SpecError(f"YAML is nested deeper than {self.limits.max_depth} levels")
+            raise InvalidSpec(f"YAML is nested deeper than {self.limits.max_depth} levels")
         try:
             return super().compose_node(parent, index)
         finally:
@@ -69,7 +69,7 @@ def _expanded_size(node: Node, memo: dict[int, int], limit: int) -> int:
             if size > limit:
                 break
     elif not isinstance(node, ScalarNode):  # pragma: no cover - PyYAML has no other node kinds
-        raise SpecError("unsupported YAML node")
+        raise InvalidSpec("unsupported YAML node")
     memo[key] = size
     return size
 
@@ -77,26 +77,26 @@ def _expanded_size(node: Node, memo: dict[int, int], limit: int) -> int:
 def load_document(text: str, limits: YamlLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Parse one YAML (or JSON) document that must be a mapping, within `limits`."""
     if len(text.encode("utf-8", errors="replace")) > limits.max_bytes:
-        raise SpecError(f"YAML document exceeds {limits.max_bytes} bytes")
+        raise InvalidSpec(f"YAML document exceeds {limits.max_bytes} bytes")
     loader_cls = type("_Loader", (_BoundedLoader,), {"limits": limits})
     loader = loader_cls(text)
     try:
         node = loader.get_single_node()
         if node is None:
-            raise SpecError("YAML document is empty")
+            raise InvalidSpec("YAML document is empty")
         if _expanded_size(node, {}, limits.max_nodes) > limits.max_nodes:
-            raise SpecError(f"YAML expands to more than {limits.max_nodes} nodes")
+            raise InvalidSpec(f"YAML expands to more than {limits.max_nodes} nodes")
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"invalid YAML{where}: {e.problem or e.context}") from None
+        raise InvalidSpec(f"invalid YAML{where}: {e.problem or e.context}") from None
     except yaml.YAMLError as e:
-        raise SpecError(f"invalid YAML: {e}") from None
+        raise InvalidSpec(f"invalid YAML: {e}") from None
     except RecursionError:
-        raise SpecError(f"YAML is nested deeper than {limits.max_depth} levels") from None
+        raise InvalidSpec(f"YAML is nested deeper than {limits.max_depth} levels") from None
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise SpecError("YAML document must be a mapping with kind, version, job, ...")
+        raise InvalidSpec("YAML document must be a mapping with kind, version, job, ...")
     return data
