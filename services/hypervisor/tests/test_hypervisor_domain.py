@@ -7,6 +7,7 @@ import math
 import pytest
 from hypervisor_testkit import GIB, allocation
 
+from gpuplane_core.errors import Conflict, NotFound
 from gpuplane_hypervisor.domain.allocations import AllocationState
 from gpuplane_hypervisor.domain.cost import QosPrice, node_row, worker_raw_cost, worker_rows
 from gpuplane_hypervisor.domain.gpu_models import max_tflops
@@ -21,9 +22,7 @@ from gpuplane_hypervisor.domain.models import (
     Resources,
 )
 from gpuplane_hypervisor.domain.procfs import (
-    AmbiguousProcess,
     ProcCandidate,
-    ProcessNotFound,
     choose_host_pid,
     in_pod_cgroup,
     parse_nspid,
@@ -210,8 +209,8 @@ def test_choose_host_pid_needs_the_pods_cgroup_and_an_unambiguous_match() -> Non
     mine = ProcCandidate(100, (100, 1), "8:pids:/k/podu-1/c\n", 1)
     other = ProcCandidate(200, (200, 1), "8:pids:/k/podu-2/c\n", 1)
     assert choose_host_pid([mine, other], 1, uid, check_cgroup=True) is mine
-    with pytest.raises(ProcessNotFound):
+    with pytest.raises(NotFound):
         choose_host_pid([other], 1, uid, check_cgroup=True)
-    with pytest.raises(AmbiguousProcess):
+    with pytest.raises(Conflict):
         choose_host_pid([mine, other], 1, uid, check_cgroup=False)
     assert choose_host_pid([other], 1, uid, check_cgroup=False) is other

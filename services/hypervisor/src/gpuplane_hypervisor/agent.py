@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from gpuplane_core.auth import Identity
-from gpuplane_core.errors import Conflict, GpuplaneError, NotFound, NotReady, Unauthorized
+from gpuplane_core.errors import GpuplaneError, NotFound, NotReady, Unauthorized
 from gpuplane_hypervisor.domain.allocations import AllocationState
 from gpuplane_hypervisor.domain.cost import DEFAULT_PRICING, QosPrice, node_row, worker_rows
 from gpuplane_hypervisor.domain.line_protocol import encode_all
@@ -21,7 +21,7 @@ from gpuplane_hypervisor.domain.models import (
     EventType,
     Registration,
 )
-from gpuplane_hypervisor.domain.procfs import AmbiguousProcess, ProcessNotFound, choose_host_pid
+from gpuplane_hypervisor.domain.procfs import choose_host_pid
 from gpuplane_hypervisor.gpu.backend import BackendError, GpuBackend
 from gpuplane_hypervisor.host.procfs import ProcFs
 from gpuplane_hypervisor.settings import Settings
@@ -221,12 +221,7 @@ class Agent:
         alloc = self.pod_allocation(identity)
         candidates = await asyncio.to_thread(self.procfs.candidates, container_pid)
         check = self.settings.pod_cgroup_check
-        try:
-            chosen = choose_host_pid(candidates, container_pid, alloc.pod_uid, check)
-        except ProcessNotFound as e:
-            raise NotFound(str(e), code="process_not_found", field="container_pid") from e
-        except AmbiguousProcess as e:
-            raise Conflict(str(e), code="ambiguous_pid", field="container_pid") from e
+        chosen = choose_host_pid(candidates, container_pid, alloc.pod_uid, check)
         reg = Registration(
             host_pid=chosen.host_pid,
             container_pid=container_pid,

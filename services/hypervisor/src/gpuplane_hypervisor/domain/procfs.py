@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-class ProcessNotFound(LookupError):
-    """No process matches the container PID (in the pod's cgroup, when checked)."""
-
-
-class AmbiguousProcess(LookupError):
-    """Several host processes match and nothing tells them apart."""
+from gpuplane_core.errors import Conflict, NotFound
 
 
 def parse_nspid(status_text: str) -> tuple[int, ...] | None:
@@ -67,10 +61,16 @@ def choose_host_pid(
         matching = [c for c in matching if in_pod_cgroup(c.cgroup_text, pod_uid)]
     if not matching:
         where = "in this pod's cgroup" if check_cgroup else "on this node"
-        raise ProcessNotFound(f"no process with container PID {container_pid} {where}")
+        raise NotFound(
+            f"no process with container PID {container_pid} {where}",
+            code="process_not_found",
+            field="container_pid",
+        )
     if len(matching) > 1:
-        raise AmbiguousProcess(
+        raise Conflict(
             f"container PID {container_pid} matches {len(matching)} host processes; "
-            "enable the pod cgroup check to tell them apart"
+            "enable the pod cgroup check to tell them apart",
+            code="ambiguous_pid",
+            field="container_pid",
         )
     return matching[0]
