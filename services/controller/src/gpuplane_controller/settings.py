@@ -12,3 +12,4 @@ class Settings(ServiceSettings):
 
     http_port: int = 8080
     grpc_port: int = 9090
+    grpc_host: str = "0.0.0.0"

@@ -1,0 +1,522 @@
+"""The controller's Kubernetes side: informers feeding ClusterState, the
+scheduler loop for `tensor-fusion-scheduler` pods, and batched GPU status writes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpuplane_controller.domain.model import AllocationError
+from gpuplane_controller.k8s import sources
+from gpuplane_controller.podrequest import GPU_IDS, INDEX, SCHEDULER_NAME, gpu_ids, parse_request
+from gpuplane_controller.state import ClusterState, fmt_tflops, fmt_vram
+from gpuplane_core.errors import GpuplaneError
+from gpuplane_core.k8s.watch import WatchEvent, WatchHealth, resumable_watch
+
+log = logging.getLogger(__name__)
+
+MAX_INDEX = 128
+BIND_CONCURRENCY = 64
+STATUS_CONCURRENCY = 16
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _uid(pod: dict[str, Any]) -> str:
+    return str(pod["metadata"]["uid"])
+
+
+def _terminal(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _ours_pending(pod: dict[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    return (
+        spec.get("schedulerName") == SCHEDULER_NAME
+        and not spec.get("nodeName")
+        and not pod["metadata"].get("deletionTimestamp")
+        and not _terminal(pod)
+    )
+
+
+class Controller:
+    def __init__(self, api: client.ApiClient, state: ClusterState | None = None) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.state = state or ClusterState()
+        self.health: dict[str, WatchHealth] = {}
+        self.synced: set[str] = set()
+        self.pods_synced = asyncio.Event()
+        self._inventory_synced = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._unschedulable: dict[str, float] = {}  # uid -> earliest retry (monotonic)
+        self._failures: dict[str, int] = {}
+        self._last_condition: dict[str, str] = {}
+        self._binding: set[str] = set()
+        self._bind_sem = asyncio.Semaphore(BIND_CONCURRENCY)
+        self._indices: dict[str, dict[str, int]] = {}  # node -> {uid: index}
+        self._capacity_changed = asyncio.Event()
+        self._observed_available: dict[str, tuple[str, str]] = {}
+        self._written_nodes: dict[str, tuple[Any, ...]] = {}
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    INFORMERS = ("nodes", "gpupools", "schedulingconfigtemplates", "gpuresourcequotas", "gpus")
+
+    def not_ready_reason(self) -> str | None:
+        missing = [n for n in (*self.INFORMERS, "pods") if n not in self.synced]
+        if missing:
+            return f"informer caches not synced: {', '.join(missing)}"
+        return None
+
+    async def start(self) -> None:
+        api = self.api
+        fns: dict[str, tuple[sources.ListFn, Callable[[WatchEvent], None]]] = {
+            "nodes": (sources.nodes(api), self._on_node),
+            "gpupools": (sources.cluster_custom(api, "gpupools"), self._on_pool),
+            "schedulingconfigtemplates": (
+                sources.cluster_custom(api, "schedulingconfigtemplates"),
+                self._on_template,
+            ),
+            "gpuresourcequotas": (sources.all_namespaces_custom(api, "gpuresourcequotas"), self._on_quota),
+            "gpus": (sources.cluster_custom(api, "gpus"), self._on_gpu),
+        }
+        for name, (fn, handler) in fns.items():
+            self._spawn(self._informer(name, fn, handler))
+        self._spawn(self._start_pods())
+        self._spawn(self._status_writer())
+        self._spawn(self._retry_loop())
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        self._tasks.append(asyncio.ensure_future(coro))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _informer(self, name: str, fn: sources.ListFn, handler: Callable[[WatchEvent], None]) -> None:
+        health = self.health.setdefault(name, WatchHealth())
+        async for ev in resumable_watch(fn, health=health):
+            try:
+                handler(ev)
+            except Exception:  # one bad object must not stop the informer
+                log.exception("informer %s failed to handle an event", name)
+            if ev.type == "RELISTED":
+                self.synced.add(name)
+                self._capacity_changed.set()
+                if all(n in self.synced for n in self.INFORMERS):
+                    self._inventory_synced.set()
+                if name == "pods":
+                    self.pods_synced.set()
+
+    async def _start_pods(self) -> None:
+        # Allocations are rebuilt from pod annotations only once GPUs and pools are known.
+        await self._inventory_synced.wait()
+        self._spawn(self._informer("pods", sources.pods(self.api), self._on_pod))
+        await self.pods_synced.wait()
+        self._spawn(self._schedule_loop())
+
+    # ---- informer handlers ----------------------------------------------------------------------
+    def _on_node(self, ev: WatchEvent) -> None:
+        st = self.state
+        if ev.type == "RELISTED":
+            names = {o["metadata"]["name"] for o in ev.items}
+            for gone in set(st.nodes) - names:
+                st.remove_node(gone)
+            for o in ev.items:
+                st.upsert_node(o)
+        elif ev.type == "DELETED":
+            st.remove_node(ev.object["metadata"]["name"])
+            self._capacity_changed.set()
+        elif st.upsert_node(ev.object):
+            self._capacity_changed.set()
+
+    def _on_pool(self, ev: WatchEvent) -> None:
+        self._simple(ev, self.state.upsert_pool, self.state.remove_pool, self.state.pools)
+
+    def _on_template(self, ev: WatchEvent) -> None:
+        self._simple(ev, self.state.upsert_template, self.state.remove_template, self.state.templates)
+
+    def _on_quota(self, ev: WatchEvent) -> None:
+        alloc = self.state.allocator
+        if ev.type == "RELISTED":
+            alloc.quotas.clear()
+            for o in ev.items:
+                self.state.upsert_quota(o)
+        elif ev.type == "DELETED":
+            alloc.remove_quota(ev.object["metadata"]["namespace"])
+        else:
+            self.state.upsert_quota(ev.object)
+        self._capacity_changed.set()
+
+    def _simple(
+        self,
+        ev: WatchEvent,
+        upsert: Callable[[dict[str, Any]], None],
+        remove: Callable[[str], None],
+        cache: dict[str, Any],
+    ) -> None:
+        if ev.type == "RELISTED":
+            names = {o["metadata"]["name"] for o in ev.items}
+            for gone in set(cache) - names:
+                remove(gone)
+            for o in ev.items:
+                upsert(o)
+        elif ev.type == "DELETED":
+            remove(ev.object["metadata"]["name"])
+        else:
+            upsert(ev.object)
+        self._capacity_changed.set()
+
+    def _on_gpu(self, ev: WatchEvent) -> None:
+        st = self.state
+        objs = ev.items if ev.type == "RELISTED" else [ev.object]
+        if ev.type == "RELISTED":
+            names = {o["metadata"]["name"] for o in objs}
+            for gone in set(st.gpu_objects) - names:
+                st.remove_gpu_object(gone)
+        for o in objs:
+            name = o["metadata"]["name"]
+            if ev.type == "DELETED":
+                st.remove_gpu_object(name)
+                self._observed_available.pop(name, None)
+                continue
+            av = (o.get("status") or {}).get("available") or {}
+            self._observed_available[name] = (str(av.get("tflops", "")), str(av.get("vram", "")))
+            old = st.gpu_objects.get(name)
+            if (
+                old is not None
+                and old.get("status", {}).get("capacity") == o.get("status", {}).get("capacity")
+                and (
+                    {k: v for k, v in (old.get("status") or {}).items() if k != "available"}
+                    == {k: v for k, v in (o.get("status") or {}).items() if k != "available"}
+                    and old["metadata"].get("labels") == o["metadata"].get("labels")
+                )
+            ):
+                st.gpu_objects[name] = o  # only our own availability write: nothing to recompute
+                continue
+            st.upsert_gpu_object(o)
+        self._capacity_changed.set()
+
+    def _on_pod(self, ev: WatchEvent) -> None:
+        if ev.type == "RELISTED":
+            present = {_uid(p) for p in ev.items}
+            for uid in list(self.state.allocator.allocations):
+                if uid not in present:
+                    self._release(uid)
+            for uid in list(self._pending):
+                if uid not in present:
+                    self._forget(uid)
+            for p in ev.items:
+                self._pod_changed(p)
+        elif ev.type == "DELETED":
+            uid = _uid(ev.object)
+            self._release(uid)
+            self._forget(uid)
+        else:
+            self._pod_changed(ev.object)
+
+    def _pod_changed(self, pod: dict[str, Any]) -> None:
+        uid = _uid(pod)
+        alloc = self.state.allocator
+        if _terminal(pod):
+            self._release(uid)
+            self._forget(uid)
+            return
+        ids = gpu_ids(pod)
+        if ids and uid not in alloc.allocations:
+            self._rebuild(pod, ids)
+        if _ours_pending(pod):
+            self._pending[uid] = pod
+            if uid not in self._unschedulable:
+                self._enqueue(uid)
+        else:
+            self._forget(uid)
+
+    def _rebuild(self, pod: dict[str, Any], ids: list[str]) -> None:
+        """Re-reserve what the pod's annotations say it holds (restart, or another replica bound it)."""
+        st = self.state
+        try:
+            req = parse_request(pod, st.default_pool)
+        except GpuplaneError as e:
+            log.warning("pod %s/%s holds gpus but its request is invalid: %s", *_nsname(pod), e)
+            return
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        if not node:
+            g = st.allocator.gpus.get(ids[0])
+            node = g.node if g else ""
+        req.gpu_count = len(ids)
+        try:
+            st.allocator.reserve(req, node, ids)
+        except AllocationError as e:
+            log.warning("pod %s/%s: cannot rebuild allocation: %s", *_nsname(pod), e.message)
+            return
+        raw_index = ((pod["metadata"].get("annotations") or {}).get(INDEX) or "").strip()
+        if raw_index.isdigit():
+            self._indices.setdefault(node, {})[pod["metadata"]["uid"]] = int(raw_index)
+
+    def _release(self, uid: str) -> None:
+        alloc = self.state.allocator.release(uid)
+        if alloc is not None:
+            self._indices.get(alloc.node, {}).pop(uid, None)
+            self._capacity_changed.set()
+
+    def _forget(self, uid: str) -> None:
+        self._pending.pop(uid, None)
+        self._unschedulable.pop(uid, None)
+        self._failures.pop(uid, None)
+        self._last_condition.pop(uid, None)
+
+    def _enqueue(self, uid: str) -> None:
+        if uid not in self._queued and uid not in self._binding:
+            self._queued.add(uid)
+            self._queue.put_nowait(uid)
+
+    # ---- scheduling -----------------------------------------------------------------------------
+    async def _schedule_loop(self) -> None:
+        while True:
+            uid = await self._queue.get()
+            self._queued.discard(uid)
+            pod = self._pending.get(uid)
+            if pod is None or uid in self._binding:
+                continue
+            self._schedule_one(pod)
+            if self._queue.empty():
+                await asyncio.sleep(0)  # let watch events and bindings progress
+
+    def _schedule_one(self, pod: dict[str, Any]) -> None:
+        st, uid = self.state, _uid(pod)
+        existing = st.allocator.allocations.get(uid)
+        if existing is not None:  # reserved from its annotations but not bound: bind it there
+            self._start_bind(pod, existing.node, list(existing.gpus))
+            return
+        try:
+            req = parse_request(pod, st.default_pool)
+        except GpuplaneError as e:
+            self._unschedulable[uid] = float("inf")  # retried when the pod itself changes
+            self._spawn(self._report_failure(pod, f"invalid GPU request: {e.message}", "InvalidRequest"))
+            return
+        node_ok = st.node_ok_for(pod.get("spec") or {})
+        decision = st.allocator.schedule(req, node_ok)
+        if not decision.ok:
+            decision = st.allocator.schedule(req, node_ok, diagnose=True)
+            n = self._failures[uid] = self._failures.get(uid, 0) + 1
+            self._unschedulable[uid] = time.monotonic() + min(30.0, 0.5 * 2 ** min(n, 6))
+            self._spawn(self._report_failure(pod, decision.error, "Unschedulable"))
+            return
+        st.allocator.reserve(req, decision.node, decision.gpus)
+        self._start_bind(pod, decision.node, decision.gpus)
+
+    def _start_bind(self, pod: dict[str, Any], node: str, gpus: list[str]) -> None:
+        uid = _uid(pod)
+        self._binding.add(uid)
+        self._pending.pop(uid, None)
+        self._unschedulable.pop(uid, None)
+        self._spawn(self._bind(pod, node, gpus))
+
+    def _next_index(self, node: str, uid: str) -> int:
+        used = self._indices.setdefault(node, {})
+        if uid in used:
+            return used[uid]
+        taken = set(used.values())
+        idx = next((i for i in range(1, MAX_INDEX + 1) if i not in taken), 1 + len(used) % MAX_INDEX)
+        used[uid] = idx
+        return idx
+
+    async def _bind(self, pod: dict[str, Any], node: str, gpus: list[str]) -> None:
+        uid = _uid(pod)
+        ns, name = _nsname(pod)
+        async with self._bind_sem:
+            try:
+                # The apiserver copies a Binding's annotations onto the pod in the same write, so
+                # gpu-ids/index and nodeName land atomically (one API call per pod).
+                index = self._next_index(node, uid)
+                annotations = {GPU_IDS: ",".join(gpus), INDEX: str(index)}
+                binding = {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": name, "namespace": ns, "uid": uid, "annotations": annotations},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+                }
+                await self.core.create_namespaced_binding(ns, binding, _preload_content=False)
+                self._forget(uid)
+            except ApiException as e:
+                if e.status == 404:
+                    self._release(uid)
+                    self._forget(uid)
+                elif e.status == 409 and "already assigned" in (e.body or ""):
+                    pass  # bound already (another attempt won); the allocation stands
+                else:
+                    log.warning("binding %s/%s to %s failed: %s %s", ns, name, node, e.status, e.reason)
+                    self._release(uid)
+                    self._unschedulable[uid] = time.monotonic() + 1.0
+                    self._pending.setdefault(uid, pod)
+            except Exception:
+                log.exception("binding %s/%s failed", ns, name)
+                self._release(uid)
+                self._unschedulable[uid] = time.monotonic() + 1.0
+                self._pending.setdefault(uid, pod)
+            finally:
+                self._binding.discard(uid)
+
+    async def _report_failure(self, pod: dict[str, Any], message: str, reason: str) -> None:
+        uid = _uid(pod)
+        ns, name = _nsname(pod)
+        if self._last_condition.get(uid) == message:
+            return
+        self._last_condition[uid] = message
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": _now(),
+        }
+        try:
+            await self.core.patch_namespaced_pod_status(
+                name, ns, {"status": {"conditions": [condition]}}, _preload_content=False
+            )
+            await self.core.create_namespaced_event(
+                ns,
+                {
+                    "metadata": {"generateName": f"{name}.", "namespace": ns},
+                    "involvedObject": {
+                        "kind": "Pod",
+                        "name": name,
+                        "namespace": ns,
+                        "uid": uid,
+                        "apiVersion": "v1",
+                    },
+                    "reason": "FailedScheduling",
+                    "message": message,
+                    "type": "Warning",
+                    "source": {"component": SCHEDULER_NAME},
+                    "reportingComponent": SCHEDULER_NAME,
+                    "firstTimestamp": _now(),
+                    "lastTimestamp": _now(),
+                    "count": 1,
+                },
+                _preload_content=False,
+            )
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("could not report scheduling failure of %s/%s: %s", ns, name, e.status)
+
+    async def _retry_loop(self) -> None:
+        """Unschedulable pods are retried when capacity changes, no sooner than their backoff."""
+        while True:
+            await self._capacity_changed.wait()
+            self._capacity_changed.clear()
+            await asyncio.sleep(0.1)  # coalesce bursts of changes
+            now = time.monotonic()
+            for uid, when in list(self._unschedulable.items()):
+                if when <= now:
+                    self._unschedulable.pop(uid, None)
+                    self._enqueue(uid)
+            if any(w != float("inf") for w in self._unschedulable.values()):
+                soonest = min(w for w in self._unschedulable.values() if w != float("inf"))
+                self._spawn(self._wake_at(soonest))
+
+    async def _wake_at(self, when: float) -> None:
+        await asyncio.sleep(max(0.0, when - time.monotonic()))
+        self._capacity_changed.set()
+
+    def pod_changed_spec(self, uid: str) -> None:
+        self._unschedulable.pop(uid, None)
+
+    # ---- status writes ----------------------------------------------------------------------------
+    async def _status_writer(self, interval: float = 0.5) -> None:
+        """Write GPU `status.available` and GPUNode totals for GPUs whose allocations changed, batched."""
+        sem = asyncio.Semaphore(STATUS_CONCURRENCY)
+        while True:
+            await asyncio.sleep(interval)
+            alloc = self.state.allocator
+            dirty, alloc.dirty_gpus = alloc.dirty_gpus, set()
+            writes: list[Awaitable[None]] = []
+            nodes: set[str] = set()
+            for name in dirty:
+                g = alloc.gpus.get(name)
+                if g is None or name not in self.state.gpu_objects:
+                    continue
+                nodes.add(g.node)
+                want = (fmt_tflops(g.available_tflops_m), fmt_vram(g.available_vram))
+                if self._observed_available.get(name) != want:
+                    writes.append(self._patch_gpu(sem, name, want))
+            for node in nodes:
+                writes.append(self._patch_node(sem, node))
+            if writes:
+                await asyncio.gather(*writes, return_exceptions=True)
+
+    async def _patch_gpu(self, sem: asyncio.Semaphore, name: str, want: tuple[str, str]) -> None:
+        body = {"status": {"available": {"tflops": want[0], "vram": want[1]}}}
+        async with sem:
+            try:
+                await self.custom.patch_cluster_custom_object_status(
+                    sources.GROUP,
+                    sources.VERSION,
+                    "gpus",
+                    name,
+                    body,
+                    _content_type="application/merge-patch+json",
+                )
+                self._observed_available[name] = want
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("GPU %s status write failed: %s", name, e.status)
+                    self.state.allocator.dirty_gpus.add(name)
+
+    async def _patch_node(self, sem: asyncio.Semaphore, node: str) -> None:
+        alloc = self.state.allocator
+        gpus = alloc.node_gpus(node)
+        pods: dict[str, list[dict[str, str]]] = {}
+        for g in gpus:
+            pods[g.name] = [
+                {
+                    "name": a.req.pod.name,
+                    "namespace": a.req.pod.namespace,
+                    "uid": a.req.pod.uid,
+                    "qos": a.req.qos,
+                }
+                for a in alloc.gpu_workers(g.name)
+            ]
+        status = {
+            "availableTFlops": fmt_tflops(sum(g.available_tflops_m for g in gpus)),
+            "availableVRAM": fmt_vram(sum(g.available_vram for g in gpus)),
+            "virtualTFlops": fmt_tflops(sum(g.virtual_tflops_m for g in gpus)),
+            "allocatedPods": pods,
+        }
+        key = tuple(sorted((k, str(v)) for k, v in status.items()))
+        if self._written_nodes.get(node) == key:
+            return
+        async with sem:
+            try:
+                await self.custom.patch_cluster_custom_object_status(
+                    sources.GROUP,
+                    sources.VERSION,
+                    "gpunodes",
+                    node,
+                    {"status": status},
+                    _content_type="application/merge-patch+json",
+                )
+                self._written_nodes[node] = key
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("GPUNode %s status write failed: %s", node, e.status)
+
+
+def _nsname(pod: dict[str, Any]) -> tuple[str, str]:
+    return pod["metadata"].get("namespace") or "default", pod["metadata"]["name"]

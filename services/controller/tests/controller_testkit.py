@@ -1,0 +1,217 @@
+"""Shared helpers of the controller's cluster tests: `tf-controller` as a subprocess,
+GPU pools on fresh kwok nodes with GPU objects as a hypervisor would report them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+from kubernetes_asyncio import client
+
+GROUP, VERSION = "tensor-fusion.ai", "v1"
+TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ControllerProc:
+    """`tf-controller` started the way other services' tests start it."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.http_port = _free_port()
+        self.grpc_port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"http://127.0.0.1:{self.http_port}"
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "KUBECONFIG": self.kubeconfig,
+            "GPUPLANE_CONTROLLER_HTTP_HOST": "127.0.0.1",
+            "GPUPLANE_CONTROLLER_HTTP_PORT": str(self.http_port),
+            "GPUPLANE_CONTROLLER_GRPC_PORT": str(self.grpc_port),
+            "GPUPLANE_CONTROLLER_GRPC_HOST": "127.0.0.1",
+        }
+        exe = os.path.join(os.path.dirname(sys.executable), "tf-controller")
+        self.proc = subprocess.Popen([exe], env=env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "tf-controller exited"
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError("tf-controller did not become ready")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+class GpuPool:
+    """A fresh pool on fresh kwok nodes, with GPU objects as a hypervisor would report them."""
+
+    def __init__(self, api: Any, name: str, nodes: list[str]) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.name = name
+        self.nodes = nodes
+        self.gpus: dict[str, list[str]] = {}
+
+    async def create(
+        self,
+        gpus_per_node: int = 2,
+        strategy: str | None = None,
+        tflops: str = "100",
+        vram: str = "80Gi",
+        oversell: int | None = None,
+    ) -> None:
+        spec: dict[str, Any] = {
+            "nodeManagerConfig": {
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "test-pool", "operator": "In", "values": [self.name]}]}
+                    ]
+                }
+            }
+        }
+        if oversell:
+            spec["capacityConfig"] = {"oversubscription": {"tflopsOversellRatio": oversell}}
+        if strategy:
+            await self.custom.create_cluster_custom_object(
+                GROUP,
+                VERSION,
+                "schedulingconfigtemplates",
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "SchedulingConfigTemplate",
+                    "metadata": {"name": self.name},
+                    "spec": {"placement": {"mode": strategy}},
+                },
+            )
+            spec["schedulingConfigTemplate"] = self.name
+        await self.custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "gpupools",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "GPUPool",
+                "metadata": {"name": self.name},
+                "spec": spec,
+            },
+        )
+        for node in self.nodes:
+            for i in range(gpus_per_node):
+                name = f"{node}-gpu-{i}"
+                self.gpus.setdefault(node, []).append(name)
+                await self.custom.create_cluster_custom_object(
+                    GROUP,
+                    VERSION,
+                    "gpus",
+                    {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPU", "metadata": {"name": name}},
+                )
+                await self.custom.patch_cluster_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    "gpus",
+                    name,
+                    {
+                        "status": {
+                            "phase": "Running",
+                            "vendor": "NVIDIA",
+                            "model": "H100",
+                            "uuid": name,
+                            "index": i,
+                            "capacity": {"tflops": tflops, "vram": vram},
+                            "available": {"tflops": tflops, "vram": vram},
+                            "nodeSelector": {"kubernetes.io/hostname": node},
+                        }
+                    },
+                    _content_type="application/merge-patch+json",
+                )
+
+    async def delete(self) -> None:
+        for names in self.gpus.values():
+            for n in names:
+                await self.custom.delete_cluster_custom_object(GROUP, VERSION, "gpus", n)
+        await self.custom.delete_cluster_custom_object(GROUP, VERSION, "gpupools", self.name)
+        try:
+            await self.custom.delete_cluster_custom_object(
+                GROUP, VERSION, "schedulingconfigtemplates", self.name
+            )
+        except client.ApiException:
+            pass
+
+
+def pod_manifest(name: str, pool: str, **ann: str) -> dict[str, Any]:
+    annotations = {"tensor-fusion.ai/gpupool": pool}
+    annotations.update({f"tensor-fusion.ai/{k.replace('_', '-')}": v for k, v in ann.items()})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "annotations": annotations,
+            "labels": {"tensor-fusion.ai/enabled": "true"},
+            "namespace": "x",
+        },
+        "spec": {
+            "schedulerName": "tensor-fusion-scheduler",
+            "tolerations": [TOLERATION],
+            "containers": [{"name": "main", "image": "busybox"}],
+        },
+    }
+
+
+async def create_pod(api: Any, ns: str, name: str, pool: str, **ann: str) -> dict[str, Any]:
+    body = pod_manifest(name, pool, **ann)
+    body["metadata"]["namespace"] = ns
+    await client.CoreV1Api(api).create_namespaced_pod(ns, body)
+    return body
+
+
+async def wait_bound(api: Any, ns: str, name: str, timeout: float = 20) -> client.V1Pod:
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        p = await core.read_namespaced_pod(name, ns)
+        if p.spec.node_name:
+            return p
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"pod {ns}/{name} not bound in {timeout}s")
+
+
+async def wait_unschedulable(api: Any, ns: str, name: str, timeout: float = 20) -> str:
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        p = await core.read_namespaced_pod(name, ns)
+        assert not p.spec.node_name, f"{name} was bound to {p.spec.node_name}"
+        for c in p.status.conditions or []:
+            if c.type == "PodScheduled" and c.status == "False":
+                return str(c.message)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"pod {ns}/{name} has no PodScheduled=False condition")
+
+
+def gpus_of(p: client.V1Pod) -> list[str]:
+    return p.metadata.annotations["tensor-fusion.ai/gpu-ids"].split(",")
