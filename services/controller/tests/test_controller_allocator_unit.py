@@ -10,7 +10,7 @@ from gpuplane_controller.domain.allocator import Allocator
 from gpuplane_controller.domain.filters import STAGES
 from gpuplane_controller.domain.model import Gpu, PoolConfig, Quota
 from gpuplane_controller.domain.nodematch import NodeInfo, pod_fits_node
-from gpuplane_controller.podrequest import parse_request
+from gpuplane_controller.domain.podrequest import parse_request
 from gpuplane_core.errors import InvalidSpec
 
 GI = 2**30

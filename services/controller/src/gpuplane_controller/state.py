@@ -13,7 +13,7 @@ from typing import Any
 from gpuplane_controller.domain.allocator import Allocator, Decision
 from gpuplane_controller.domain.model import STRATEGIES, Gpu, PoolConfig, Quota
 from gpuplane_controller.domain.nodematch import NodeInfo, pod_fits_node, selector_terms_match
-from gpuplane_controller.podrequest import SCHEDULER_NAME, parse_request
+from gpuplane_controller.domain.podrequest import SCHEDULER_NAME, parse_request
 from gpuplane_core.errors import GpuplaneError, InvalidSpec
 from gpuplane_core.quantity import format_quantity, to_bytes, to_milli
 

@@ -17,9 +17,9 @@ from gpuplane.controller.v1 import (
     types_pb2,
 )
 from gpuplane_controller.domain.model import Allocation, Amount
+from gpuplane_controller.domain.podrequest import SCHEDULER_NAME
 from gpuplane_controller.k8s.inventory import ISOLATION_NAMES, DeviceReport, Inventory, gpu_object_name
 from gpuplane_controller.manifest import parse_manifest
-from gpuplane_controller.podrequest import SCHEDULER_NAME
 from gpuplane_controller.state import ClusterState, fmt_tflops, fmt_vram
 from gpuplane_core.errors import InvalidSpec, NotFound
 

@@ -14,8 +14,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuplane_controller.domain.model import AllocationError
+from gpuplane_controller.domain.podrequest import GPU_IDS, INDEX, SCHEDULER_NAME, gpu_ids, parse_request
 from gpuplane_controller.k8s import sources
-from gpuplane_controller.podrequest import GPU_IDS, INDEX, SCHEDULER_NAME, gpu_ids, parse_request
 from gpuplane_controller.state import ClusterState, fmt_tflops, fmt_vram
 from gpuplane_core.errors import GpuplaneError
 from gpuplane_core.k8s.watch import WatchEvent, WatchHealth, resumable_watch
