@@ -1,7 +1,6 @@
 """The `gpuctl` CLI as a subprocess against a running gpuctl server on the devcluster.
 
-Only the job commands are exercised here; `get pools|nodes|quotas|ns` and
-`label node` call the pool/node/quota API of issue 7, tested once it exists.
+Job commands, `get pools|nodes|quotas|ns` and `label node`.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 from gpuctl_helpers import job_yaml
@@ -107,3 +107,60 @@ async def test_server_flag_beats_environment(gpuctl_url: str, namespace: str) ->
         "--server", gpuctl_url, "get", "jobs", "-n", namespace, "-o", "json", server="http://127.0.0.1:9"
     )
     assert rc == 0 and json.loads(out)["total"] == 0
+
+
+async def test_get_pools_nodes_quotas_ns_and_label(
+    gpuctl_url: str, make_gpu_nodes: Any, kube_api: Any
+) -> None:
+    import httpx
+    from kubernetes_asyncio import client
+
+    n1, n2 = await make_gpu_nodes(2, gpus=4, model="A100")
+    pool, team = f"cli-{os.urandom(3).hex()}", f"cli-team-{os.urandom(3).hex()}"
+    async with httpx.AsyncClient(base_url=gpuctl_url + "/api/v1") as h:
+        assert (await h.post("/pools", json={"name": pool, "nodes": [n1, n2]})).status_code == 201
+        quota = (
+            f"kind: quota\nversion: v0.1\nquota: {{name: cq}}\nnamespace: {{{team}: {{gpu: 2, cpu: 8}}}}\n"
+        )
+        assert (await h.post("/quotas", json={"yamlContent": quota})).status_code == 201
+    try:
+        rc, out, err = await gpuctl("get", "pools", server=gpuctl_url)
+        assert rc == 0, err
+        row = next(r.split() for r in out.splitlines() if r.startswith(pool + " "))
+        assert row[:6] == [pool, "active", "8", "0", "8", "A100"]
+
+        rc, out, _ = await gpuctl("get", "nodes", "--pool", pool, server=gpuctl_url)
+        header, *rows = out.splitlines()
+        assert rc == 0 and header.split()[:2] == ["NAME", "STATUS"]
+        assert [r.split()[0] for r in rows] == sorted([n1, n2])
+        # GPU TOTAL/USED/FREE, type, pool, cpu and memory as requested/allocatable
+        assert rows[0].split()[1:] == ["Ready", "4", "0", "4", "A100", pool, "0/96", "0/1024Gi"]
+
+        rc, out, _ = await gpuctl(
+            "get", "nodes", "--gpu-type", "A100", "--pool", pool, "-o", "json", server=gpuctl_url
+        )
+        assert rc == 0 and json.loads(out)["total"] == 2
+
+        rc, out, _ = await gpuctl("get", "quotas", "-n", team, server=gpuctl_url)
+        assert rc == 0 and out.splitlines()[1].split() == [f"cq-{team}", team, "8", "<none>", "2"]
+
+        rc, out, _ = await gpuctl("get", "ns", server=gpuctl_url)
+        assert rc == 0 and team in {r.split()[0] for r in out.splitlines()[1:]}
+
+        rc, out, err = await gpuctl("label", "node", n1, "team=red", "tier=gold", server=gpuctl_url)
+        assert rc == 0, err
+        assert out.splitlines() == [f"node/{n1} label team set", f"node/{n1} label tier set"]
+        labels = (await client.CoreV1Api(kube_api).read_node(n1)).metadata.labels
+        assert labels["team"] == "red" and labels["tier"] == "gold"
+        rc, _, err = await gpuctl("label", "node", n1, "team=blue", server=gpuctl_url)
+        assert rc == 1 and "already exists" in err and "(HTTP 409)" in err
+        rc, _, err = await gpuctl("label", "node", n1, "team=blue", "--overwrite", server=gpuctl_url)
+        assert rc == 0, err
+        rc, out, _ = await gpuctl("label", "node", n1, "team", "--delete", server=gpuctl_url)
+        assert rc == 0 and out.strip() == f"node/{n1} label team removed"
+        rc, _, err = await gpuctl("label", "node", n1, "kubernetes.io/os=x", "--overwrite", server=gpuctl_url)
+        assert rc == 1 and "system label" in err and "(HTTP 403)" in err
+    finally:
+        async with httpx.AsyncClient(base_url=gpuctl_url + "/api/v1") as h:
+            await h.delete(f"/pools/{pool}")
+            await h.delete(f"/namespaces/{team}")

@@ -139,3 +139,51 @@ async def test_busy_share_is_created_and_waits(
     assert "busy now, queued" in r.json()["message"]
     pods = (await core.list_namespaced_pod(namespace, label_selector="runwhere.ai/job-name=waiter")).items
     assert all(not p.spec.node_name for p in pods)
+
+
+async def test_gpu_detail_and_usage_come_from_the_controller(
+    frac_url: str, namespace: str, pool: tuple[str, list[str]], kube_api: Any
+) -> None:
+    name, nodes = pool
+
+    async def admitted() -> httpx.Response | None:
+        r = await post(frac_url, frac_yaml("share", namespace, name, "{tflops: 40, vram: 8Gi}"))
+        return r if r.status_code == 201 else None
+
+    await eventually(admitted, 20, "201 for a share that fits")
+
+    async with httpx.AsyncClient(base_url=frac_url + "/api/v1", timeout=30) as c:
+
+        async def allocated() -> dict[str, Any] | None:
+            d = (await c.get("/nodes/gpu-detail", params={"nodeName": nodes[0]})).json()
+            gpus = d["items"][0]["gpus"] if d.get("items") else []
+            return d if any(g["pods"] for g in gpus) else None
+
+        d = await eventually(allocated, 30, "the controller to report the fractional worker")
+        assert d["controller"] == "ok" and d["items"][0]["source"] == "controller"
+        gpus = d["items"][0]["gpus"]
+        assert len(gpus) == 2  # the controller's GPU objects, not the node's nvidia.com/gpu count
+        busy = [g for g in gpus if g["pods"]]
+        assert len(busy) == 1 and busy[0]["allocated"] == 0.4  # 40 of 100 TFLOPs
+        assert busy[0]["pods"][0].startswith(f"{namespace}/share-") and busy[0]["memory"] == "80Gi"
+
+        # the GPU holding a fractional worker counts as used on its node, with no whole-GPU request
+        item = next(
+            n for n in (await c.get("/nodes", params={"pageSize": 1000})).json()["items"]
+            if n["nodeName"] == nodes[0]
+        )  # fmt: skip
+        assert (item["gpuUsed"], item["gpuFree"]) == (1, 7)
+
+
+async def test_unreachable_controller_falls_back_to_node_capacity(devcluster: Any) -> None:
+    from gpuctl_helpers import free_port
+
+    settings = make_settings(devcluster, controller_address=f"127.0.0.1:{free_port()}")
+    with ServerThread(settings) as url:
+        async with httpx.AsyncClient(base_url=url + "/api/v1", timeout=30) as c:
+            r = await c.get("/nodes/gpu-detail", params={"nodeName": "gpu-node-0"})
+            assert r.status_code == 200
+            d = r.json()
+            assert d["controller"].startswith("unavailable") and d["items"][0]["source"] == "requests"
+            assert len(d["items"][0]["gpus"]) == 8
+            assert (await c.get("/pools")).status_code == 200

@@ -15,10 +15,11 @@ from typing import Any
 from gpuplane_core.errors import InsufficientCapacity, NotReady
 from gpuplane_core.quantity import parse_quantity
 from gpuplane_gpuctl.domain.manifests import Manifests, to_manifests
+from gpuplane_gpuctl.domain.quota import check_quota, job_demand
 from gpuplane_gpuctl.domain.spec import GpuShare, JobSpec, parse_spec
 from gpuplane_gpuctl.domain.yaml_load import YamlLimits, load_document
 from gpuplane_gpuctl.grpc.capacity import CapacityClient, GpuCapacity
-from gpuplane_gpuctl.ports import JobStore
+from gpuplane_gpuctl.ports import JobStore, QuotaSource
 
 
 def parse(yaml_text: str, limits: YamlLimits) -> JobSpec:
@@ -70,12 +71,21 @@ async def _admit_fractional(spec: JobSpec, m: Manifests, capacity: CapacityClien
 
 
 async def create_job(
-    yaml_text: str, repo: JobStore, capacity: CapacityClient | None, limits: YamlLimits
+    yaml_text: str,
+    repo: JobStore,
+    capacity: CapacityClient | None,
+    limits: YamlLimits,
+    quotas: QuotaSource | None = None,
 ) -> Admitted:
     spec = parse(yaml_text, limits)
     m = to_manifests(spec)
     # Before asking the controller: an unknown namespace (404) or a taken name (409) wins.
     await repo.precheck(spec.job.namespace, spec.job.name)
+    if quotas is not None:
+        # The apiserver enforces quota only when the controllers create the pods, long after
+        # the Job/Deployment was accepted; checking here refuses the job up front (403, naming
+        # the resource). Two jobs racing past this check are still stopped at pod creation.
+        check_quota(spec.job.namespace, job_demand(spec), await quotas.quota_states(spec.job.namespace))
     placement = None
     if spec.resources.gpuShare is not None:
         placement = await _admit_fractional(spec, m, capacity)

@@ -156,6 +156,16 @@ def cmd_create(c: Client, a: argparse.Namespace) -> None:
         raise CliError(f"{len(failed)} of {len(docs)} jobs failed")
 
 
+def _usage_cells(node: dict[str, Any]) -> dict[str, Any]:
+    """cpu/memory as `requested/allocatable` for the table."""
+    out = dict(node)
+    for k in ("cpu", "memory"):
+        v = node.get(k)
+        if isinstance(v, dict):
+            out[k] = f"{v.get('requested')}/{v.get('allocatable')}"
+    return out
+
+
 def cmd_get(c: Client, a: argparse.Namespace) -> None:
     what = a.resource
     if what in ("jobs", "job"):
@@ -186,7 +196,17 @@ def cmd_get(c: Client, a: argparse.Namespace) -> None:
         ]
         emit(data, a.output, lambda d: table(_items(d), cols))
     elif what in ("nodes", "node"):
-        params = {k: v for k, v in {"pool": a.pool, "status": a.status}.items() if v is not None}
+        params = {
+            k: v
+            for k, v in {
+                "pool": a.pool,
+                "gpuType": a.gpu_type,
+                "status": a.status,
+                "page": a.page,
+                "pageSize": a.page_size,
+            }.items()
+            if v is not None
+        }
         data = c.call("GET", "/nodes", params=params)
         cols = [
             ("NAME", "nodeName"),
@@ -199,7 +219,7 @@ def cmd_get(c: Client, a: argparse.Namespace) -> None:
             ("CPU", "cpu"),
             ("MEMORY", "memory"),
         ]
-        emit(data, a.output, lambda d: table(_items(d), cols))
+        emit(data, a.output, lambda d: table([_usage_cells(n) for n in _items(d)], cols))
     elif what in ("quotas", "quota"):
         params = {"namespace": a.namespace} if a.namespace else {}
         data = c.call("GET", "/quotas", params=params)
@@ -340,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--kind")
     s.add_argument("--pool")
+    s.add_argument("--gpu-type")
     s.add_argument("--status")
     s.add_argument("--page", type=int)
     s.add_argument("--page-size", type=int)

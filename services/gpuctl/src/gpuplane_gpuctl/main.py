@@ -9,8 +9,10 @@ from fastapi import FastAPI
 
 from gpuplane_core.app import create_app, serve
 from gpuplane_core.k8s.client import load_api_client
-from gpuplane_gpuctl.api import base, jobs
+from gpuplane_gpuctl.api import base, jobs, namespaces, nodes, pools, quotas
 from gpuplane_gpuctl.grpc.capacity import CapacityClient
+from gpuplane_gpuctl.k8s.cluster import ClusterRepo
+from gpuplane_gpuctl.k8s.inventory import InventoryCache
 from gpuplane_gpuctl.k8s.jobs import JobRepo
 from gpuplane_gpuctl.k8s.pod_cache import PodCache
 from gpuplane_gpuctl.settings import Settings
@@ -26,11 +28,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await app.state.jobs.ensure_priority_classes()
     app.state.pod_cache = PodCache(api)
     app.state.pod_cache.start()
+    app.state.cluster = ClusterRepo(api)
+    app.state.inventory = InventoryCache(api)
+    app.state.inventory.start()
     app.state.capacity = CapacityClient(settings.controller_address) if settings.controller_address else None
     try:
         yield
     finally:
         await app.state.pod_cache.stop()
+        await app.state.inventory.stop()
         if app.state.capacity is not None:
             await app.state.capacity.close()
         await api.close()
@@ -40,7 +46,12 @@ def _readiness(app: FastAPI) -> str | None:
     cache = getattr(app.state, "pod_cache", None)
     if cache is None:
         return "starting"
-    return None if cache.health.healthy else (cache.health.error or "pod watch not synced")
+    if not cache.health.healthy:
+        return cache.health.error or "pod watch not synced"
+    inv = app.state.inventory
+    if not inv.healthy:
+        return inv.node_health.error or inv.pod_health.error or "node/pod watch not synced"
+    return None
 
 
 def build_app(settings: Settings | None = None) -> FastAPI:
@@ -55,6 +66,10 @@ def build_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(base.router)
     app.include_router(jobs.router)
+    app.include_router(pools.router)
+    app.include_router(nodes.router)
+    app.include_router(quotas.router)
+    app.include_router(namespaces.router)
     return app
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from gpuplane_gpuctl.domain.inventory import NodeRow, PodUse
 from gpuplane_gpuctl.domain.job import Job
 from gpuplane_gpuctl.domain.manifests import Manifests
+from gpuplane_gpuctl.domain.quota import QuotaState
 
 
 class JobStore(Protocol):
@@ -15,3 +18,23 @@ class JobStore(Protocol):
     async def service(self, ns: str, name: str) -> dict[str, Any] | None: ...
     async def events(self, ns: str, names: set[str]) -> list[dict[str, Any]]: ...
     async def node_ip(self, node: str) -> str | None: ...
+
+
+class QuotaSource(Protocol):
+    async def quota_states(self, namespace: str) -> list[QuotaState]: ...
+
+
+class NodeStore(Protocol):
+    async def read_node(self, name: str) -> dict[str, Any]: ...
+    async def change_node(
+        self,
+        name: str,
+        decide: Callable[[dict[str, Any]], tuple[dict[str, str | None], dict[str, str | None]]],
+    ) -> dict[str, Any]: ...
+
+
+class Inventory(Protocol):
+    async def wait_synced(self, timeout: float = 30.0) -> None: ...
+    def node_rows(self) -> list[NodeRow]: ...
+    def pod_uses(self) -> list[PodUse]: ...
+    def put_node(self, node: dict[str, Any]) -> None: ...

@@ -41,7 +41,7 @@ def _limits(request: Request) -> YamlLimits:
 
 async def _create(request: Request, text: str) -> dict[str, Any]:
     st = request.app.state
-    admitted = await create_job(text, st.jobs, st.capacity, _limits(request))
+    admitted = await create_job(text, st.jobs, st.capacity, _limits(request), st.cluster)
     spec = admitted.spec
     created = admitted.workload.get("metadata", {}).get("creationTimestamp")
     msg = f"job submitted to {'pool ' + spec.resources.pool if spec.resources.pool else 'the cluster'}"

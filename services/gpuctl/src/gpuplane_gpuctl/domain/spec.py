@@ -7,7 +7,7 @@ names the dotted path of the field, and numbers are not coerced from strings.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -23,6 +23,7 @@ _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
 NOTEBOOK_PORT = 8888
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def _dns_label(value: str, what: str) -> str:
@@ -266,8 +267,13 @@ def _describe(err: Any) -> tuple[str, str]:
 
 def parse_spec(data: dict[str, Any]) -> JobSpec:
     """Validate a loaded document; the InvalidSpec names every offending field (first one as `field`)."""
+    return validate_document(JobSpec, data)
+
+
+def validate_document(model: type[_M], data: dict[str, Any]) -> _M:
+    """`model.model_validate(data)` with errors as one InvalidSpec naming each offending field path."""
     try:
-        return JobSpec.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         described = [_describe(err) for err in e.errors(include_url=False, include_input=False)]
         # A union error reports once per branch; keep the first message per path.

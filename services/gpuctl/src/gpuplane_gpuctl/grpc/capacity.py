@@ -11,6 +11,7 @@ from gpuplane.controller.v1 import capacity_pb2, capacity_pb2_grpc
 from gpuplane_core.errors import GpuplaneError, NotReady
 from gpuplane_core.grpc.client import CAPACITY, SIMULATE, call_options, make_channel
 from gpuplane_core.grpc.errors import error_from_rpc
+from gpuplane_gpuctl.domain.inventory import Gpu
 
 
 @dataclass(frozen=True)
@@ -73,5 +74,27 @@ class CapacityClient:
             raise _error(e, self.target) from None
         return [
             GpuCapacity(g.gpu_name, g.node_name, g.model, g.pool, g.capacity.tflops, g.capacity.vram)
+            for g in r.gpus
+        ]
+
+    async def allocations(self) -> list[Gpu]:
+        """Every GPU the controller knows, with its fractional workers (for gpu-detail and usage)."""
+        try:
+            r = await self.stub.ListGpuAllocations(
+                capacity_pb2.ListGpuAllocationsRequest(), **call_options(CAPACITY)
+            )
+        except grpc.aio.AioRpcError as e:
+            raise _error(e, self.target) from None
+        return [
+            Gpu(
+                name=g.gpu_name,
+                node=g.node_name,
+                model=g.model,
+                vram=g.capacity.vram,
+                tflops=g.capacity.tflops,
+                available_tflops=g.available.tflops,
+                available_vram=g.available.vram,
+                workers=[f"{w.namespace}/{w.pod_name}" for w in g.workers],
+            )
             for g in r.gpus
         ]

@@ -13,8 +13,8 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuplane_core.errors import Conflict, NotFound
-from gpuplane_core.k8s.errors import k8s_errors
+from gpuplane_core.errors import Conflict, Forbidden, NotFound
+from gpuplane_core.k8s.errors import k8s_errors, status_message
 from gpuplane_gpuctl.domain.job import Job
 from gpuplane_gpuctl.domain.manifests import (
     L_JOB,
@@ -118,6 +118,8 @@ class JobRepo:
                 raise Conflict(f"job {name} already exists in namespace {ns}", field="job.name") from e
             if e.status == 404:
                 raise NotFound(f"namespace {ns} not found", field="job.namespace") from e
+            if e.status == 403 and "exceeded quota" in status_message(e):
+                raise Forbidden(status_message(e), field="resources", code="quota_exceeded") from e
             async with k8s_errors():
                 raise
         if m.service is not None:
