@@ -156,3 +156,15 @@ def silent_server() -> Iterator[str]:
 def dev_kubeconfig(devcluster: Any) -> bytes:
     data: bytes = Path(devcluster.kubeconfig).read_bytes()
     return data
+
+
+@pytest.fixture
+async def ssh_kit(tmp_path: Path) -> AsyncIterator[Any]:
+    """Real asyncssh servers on loopback posing as bootstrap target nodes (see lens_sshkit)."""
+    from lens_sshkit import SshKit
+
+    kit = SshKit(tmp_path / "ssh")
+    try:
+        yield kit
+    finally:
+        await kit.close()

@@ -51,7 +51,7 @@ def test_migrate_is_idempotent(database_url: str) -> None:
     migrate(engine)
     migrate(engine)
     with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0002"
     engine.dispose()
 
 

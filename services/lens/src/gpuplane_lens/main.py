@@ -12,11 +12,13 @@ import yaml
 from fastapi import FastAPI
 
 from gpuplane_core.app import create_app, serve
+from gpuplane_lens.api.bootstrap import router as bootstrap_router
 from gpuplane_lens.api.clusters import router as clusters_router
 from gpuplane_lens.domain.versions import StackProfile, parse_profile
 from gpuplane_lens.k8s.clients import ClusterClients
 from gpuplane_lens.k8s.node_cache import NodeCaches
 from gpuplane_lens.k8s.overview import DiskCache
+from gpuplane_lens.service.bootstrap import Bootstrapper
 from gpuplane_lens.service.clusters import ClusterService
 from gpuplane_lens.service.hosts import lens_hosts
 from gpuplane_lens.service.operations import ClusterOperations
@@ -24,6 +26,7 @@ from gpuplane_lens.settings import Settings
 from gpuplane_lens.software.downloads import Downloads
 from gpuplane_lens.store.crypto import KeyRing, load_or_create_key_file
 from gpuplane_lens.store.db import Store, make_engine, migrate
+from gpuplane_lens.store.jobs import JobStore
 
 SERVICE = "lens"
 logger = logging.getLogger(__name__)
@@ -74,9 +77,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.store = store
     app.state.clusters = clusters
     app.state.operations = ClusterOperations(clusters, settings, http)
+    bootstrap = Bootstrapper(JobStore(store), settings)
+    reconciled = await bootstrap.reconcile()
+    if reconciled:
+        logger.warning("marked %d bootstrap jobs of an earlier Lens process failed", reconciled)
+    app.state.bootstrap = bootstrap
     try:
         yield
     finally:
+        await bootstrap.close()
         await downloads.close()
         await node_caches.close()
         await clients.close()
@@ -94,6 +103,7 @@ def build_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.include_router(clusters_router)
+    app.include_router(bootstrap_router)
     return app
 
 

@@ -57,6 +57,17 @@ class Settings(ServiceSettings):
     prepull_namespace: str = "llm-d-lens-system"
     prepull_helper_image: str = "docker.io/library/busybox:1.36"
 
+    kubespray_dir: Path | None = None
+    """The pinned Kubespray checkout (v2.31.0) holding cluster.yml; bootstrap jobs run from it."""
+    ansible_playbook: str | None = None
+    """ansible-playbook binary; unset: the one installed beside Lens, else from PATH."""
+    bootstrap_check_timeout_s: float = 15.0
+    """Deadline of each SSH host-key read and each preflight check (all run concurrently)."""
+    bootstrap_preflight_valid_s: float = 3600.0
+    """How long a passing preflight allows a bootstrap of the same nodes and pins."""
+    bootstrap_cancel_grace_s: float = 5.0
+    """After SIGTERM to a job's process group, SIGKILL follows this much later."""
+
     @property
     def resolved_key_file(self) -> Path:
         return self.key_file or self.data_dir / "lens.key"

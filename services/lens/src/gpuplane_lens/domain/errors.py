@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-Kind = Literal["invalid", "conflict", "not_found"]
+Kind = Literal["invalid", "bad_request", "conflict", "not_found"]
 
 
 class LensRuleError(ValueError):

@@ -55,3 +55,21 @@ sessions = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("active", sa.Boolean(), nullable=False),
 )
+
+bootstrap_jobs = sa.Table(
+    "bootstrap_jobs",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("phase", sa.String(32), nullable=False),
+    # Hosts, ports, roles and usernames only: credentials never reach the database.
+    sa.Column("nodes_json", sa.Text(), nullable=False),
+    sa.Column("error", sa.Text(), nullable=True),
+    sa.Column("log_tail", sa.Text(), nullable=False),
+    # Encrypted like cluster kubeconfigs; cleared once handed over.
+    sa.Column("kubeconfig_enc", sa.LargeBinary(), nullable=True),
+    sa.Column("kubeconfig_delivered", sa.Boolean(), nullable=False),
+    sa.Column("pid", sa.Integer(), nullable=True),
+    sa.Column("workdir", sa.Text(), nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
