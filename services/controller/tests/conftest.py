@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -25,8 +26,22 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
+async def _wait_controller_sees(controller: ControllerProc, pool: GpuPool, timeout: float = 30) -> None:
+    """Pods created before the controller's informers saw every GPU of the pool could land elsewhere."""
+    want = {g for gpus in pool.gpus.values() for g in gpus}
+    deadline = asyncio.get_running_loop().time() + timeout
+    async with httpx.AsyncClient(timeout=5) as http:
+        while True:
+            store = (await http.get(f"{controller.url}/api/allocation")).json()["gpuStore"]
+            if want <= set(store):
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"controller did not see GPUs {sorted(want - set(store))} in {timeout}s")
+            await asyncio.sleep(0.1)
+
+
 @pytest.fixture
-async def make_pool(kube_api: Any, make_gpu_nodes: Any) -> AsyncIterator[Any]:
+async def make_pool(kube_api: Any, make_gpu_nodes: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     pools: list[GpuPool] = []
 
     async def make(nodes: int = 2, gpus_per_node: int = 2, **kw: Any) -> GpuPool:
@@ -35,6 +50,8 @@ async def make_pool(kube_api: Any, make_gpu_nodes: Any) -> AsyncIterator[Any]:
         pool = GpuPool(kube_api, name, sorted(names))
         await pool.create(gpus_per_node, **kw)
         pools.append(pool)
+        if "controller" in request.fixturenames:
+            await _wait_controller_sees(request.getfixturevalue("controller"), pool)
         return pool
 
     yield make

@@ -98,8 +98,8 @@ def controller_proc(devcluster: Any) -> Iterator[dict[str, Any]]:
         _stop(proc)
 
 
-# Two service processes plus a kwok node: 30-45 s on the shared 2-core machine, hence `slow`.
-@pytest.mark.slow
+# Two service processes plus a kwok node: the one end-to-end check of the node-agent flow, so it
+# runs in `make test` even though it takes 30-45 s on a loaded 2-core machine.
 async def test_report_creates_gpus_and_scheduled_pod_becomes_a_worker(
     controller_proc: dict[str, Any], kube_api: Any, namespace: str, make_gpu_nodes: Any, tmp_path: Path
 ) -> None:

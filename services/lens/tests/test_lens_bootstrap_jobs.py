@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from lens_sshkit import SshKit, SshNode
 from lens_testkit import Lens, MakeLens, poll, problem
 
@@ -21,7 +20,7 @@ from gpuplane_lens.domain.bootstrap import PHASES
 BASE = "/api/cluster/bootstrap"
 ADMIN_CONF = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n"
 
-pytestmark = pytest.mark.slow
+# Real ansible-playbook runs (20-40 s in all): part of `make test`, since they are the bootstrap's proof.
 
 
 def _kubespray(tmp: Path, remote_root: Path, *, hang: bool = False) -> Path:
