@@ -30,6 +30,8 @@ INTERNAL_MESSAGE = "internal error"
 _KNOWN: tuple[type[GpuplaneError], ...] = (*ALL_ERRORS, GpuplaneError)
 _BY_NAME: dict[str, type[GpuplaneError]] = {cls.__name__: cls for cls in _KNOWN}
 _BY_CODE: dict[str, type[GpuplaneError]] = {}
+
+
 def grpc_code(err: GpuplaneError | type[GpuplaneError]) -> grpc.StatusCode:
     """The gRPC status of an error (errors.py names it, so domain code needs no grpc import)."""
     return grpc.StatusCode[err.grpc_status]
