@@ -4,67 +4,20 @@ GPU pools on fresh kwok nodes with GPU objects as a hypervisor would report them
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
 import time
 from typing import Any
 
-import httpx
 from kubernetes_asyncio import client
+
+from devcluster.services import ServiceProcess
 
 GROUP, VERSION = "tensor-fusion.ai", "v1"
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ControllerProc:
+def ControllerProc(kubeconfig: str) -> ServiceProcess:
     """`tf-controller` started the way other services' tests start it."""
-
-    def __init__(self, kubeconfig: str) -> None:
-        self.kubeconfig = kubeconfig
-        self.http_port = _free_port()
-        self.grpc_port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"http://127.0.0.1:{self.http_port}"
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "KUBECONFIG": self.kubeconfig,
-            "GPUPLANE_CONTROLLER_HTTP_HOST": "127.0.0.1",
-            "GPUPLANE_CONTROLLER_HTTP_PORT": str(self.http_port),
-            "GPUPLANE_CONTROLLER_GRPC_PORT": str(self.grpc_port),
-            "GPUPLANE_CONTROLLER_GRPC_HOST": "127.0.0.1",
-        }
-        exe = os.path.join(os.path.dirname(sys.executable), "tf-controller")
-        self.proc = subprocess.Popen([exe], env=env)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "tf-controller exited"
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError("tf-controller did not become ready")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+    return ServiceProcess.controller(kubeconfig)
 
 
 class GpuPool:

@@ -82,65 +82,6 @@ def job_yaml(
     )
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ControllerProcess:
-    """A real `tf-controller` subprocess (the GPU controller gpuctl asks to simulate)."""
-
-    def __init__(self, kubeconfig: str) -> None:
-        import os
-        import subprocess
-        import sys
-
-        self.http_port, self.grpc_port = free_port(), free_port()
-        env = {
-            **os.environ,
-            "KUBECONFIG": kubeconfig,
-            "GPUPLANE_CONTROLLER_HTTP_HOST": "127.0.0.1",
-            "GPUPLANE_CONTROLLER_HTTP_PORT": str(self.http_port),
-            "GPUPLANE_CONTROLLER_GRPC_HOST": "127.0.0.1",
-            "GPUPLANE_CONTROLLER_GRPC_PORT": str(self.grpc_port),
-            "GPUPLANE_CONTROLLER_LOG_JSON": "false",
-        }
-        exe = os.path.join(os.path.dirname(sys.executable), "tf-controller")
-        self.proc = subprocess.Popen([exe], env=env)
-
-    @property
-    def grpc_target(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tf-controller exited with {self.proc.returncode}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.http_port}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError("tf-controller did not become ready")
-
-    def stop(self) -> None:
-        import subprocess
-
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 async def create_gpu_pool(
     api: Any, pool: str, nodes: list[str], tflops: str, vram: str, per_node: int
 ) -> list[str]:

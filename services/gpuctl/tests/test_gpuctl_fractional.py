@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -10,7 +9,6 @@ from typing import Any
 import httpx
 import pytest
 from gpuctl_helpers import (
-    ControllerProcess,
     ServerThread,
     create_gpu_pool,
     delete_gpu_pool,
@@ -19,33 +17,17 @@ from gpuctl_helpers import (
 )
 from kubernetes_asyncio import client
 
-
-def _controller_serves_capacity() -> bool:
-    if importlib.util.find_spec("gpuplane_controller.grpc.servicers") is None:
-        return False
-    from gpuplane_controller.grpc import servicers
-
-    return hasattr(servicers, "Capacity")
-
-
-pytestmark = pytest.mark.skipif(
-    not _controller_serves_capacity(),
-    reason="the controller (gpuplane_controller) does not serve CapacityService yet",
-)
+from devcluster.services import ServiceProcess, free_port
 
 
 @pytest.fixture(scope="module")
-def controller(devcluster: Any) -> Iterator[ControllerProcess]:
-    proc = ControllerProcess(str(devcluster.kubeconfig))
-    try:
-        proc.wait_ready()
+def controller(devcluster: Any) -> Iterator[ServiceProcess]:
+    with ServiceProcess.controller(devcluster.kubeconfig) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")
-def frac_url(devcluster: Any, controller: ControllerProcess) -> Iterator[str]:
+def frac_url(devcluster: Any, controller: ServiceProcess) -> Iterator[str]:
     with ServerThread(make_settings(devcluster, controller_address=controller.grpc_target)) as url:
         yield url
 
@@ -176,8 +158,6 @@ async def test_gpu_detail_and_usage_come_from_the_controller(
 
 
 async def test_unreachable_controller_falls_back_to_node_capacity(devcluster: Any) -> None:
-    from gpuctl_helpers import free_port
-
     settings = make_settings(devcluster, controller_address=f"127.0.0.1:{free_port()}")
     with ServerThread(settings) as url:
         async with httpx.AsyncClient(base_url=url + "/api/v1", timeout=30) as c:

@@ -5,103 +5,31 @@ hypervisor's /api/v1/workers within a second."""
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 import pytest
 from kubernetes_asyncio import client
 
-from gpuplane.controller.v1 import node_agent_pb2 as pb
-from gpuplane.controller.v1 import node_agent_pb2_grpc as pb_grpc
+from devcluster.services import ServiceProcess
 
 GROUP, VERSION = "tensor-fusion.ai", "v1"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _exe(name: str) -> str:
-    return os.path.join(os.path.dirname(sys.executable), name)
-
-
-def _wait_http(proc: subprocess.Popen[bytes], url: str, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{what} exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{what} not ready at {url}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _serves_node_agent(port: int) -> bool:
-    """Whether the controller serves NodeAgentService (an empty request is refused, not unimplemented)."""
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        try:
-            pb_grpc.NodeAgentServiceStub(ch).RegisterNode(pb.RegisterNodeRequest(), timeout=5)
-        except grpc.RpcError as e:
-            return e.code() != grpc.StatusCode.UNIMPLEMENTED
-    return True
-
-
 @pytest.fixture
-def controller_proc(devcluster: Any) -> Iterator[dict[str, Any]]:
-    http, grpc_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(devcluster.kubeconfig),
-        "GPUPLANE_CONTROLLER_HTTP_HOST": "127.0.0.1",
-        "GPUPLANE_CONTROLLER_HTTP_PORT": str(http),
-        "GPUPLANE_CONTROLLER_GRPC_HOST": "127.0.0.1",
-        "GPUPLANE_CONTROLLER_GRPC_PORT": str(grpc_port),
-        "GPUPLANE_CONTROLLER_LOG_JSON": "false",
-    }
-    proc = subprocess.Popen([_exe("tf-controller")], env=env)
-    try:
-        try:
-            _wait_http(proc, f"http://127.0.0.1:{http}/readyz", "tf-controller")
-        except (AssertionError, TimeoutError) as e:
-            pytest.skip(f"the controller is not runnable yet: {e}")
-        if not _serves_node_agent(grpc_port):
-            pytest.skip("the controller does not serve NodeAgentService yet")
-        yield {
-            "grpc": f"127.0.0.1:{grpc_port}",
-            "http": f"http://127.0.0.1:{http}",
-            "kubeconfig": str(devcluster.kubeconfig),
-        }
-    finally:
-        _stop(proc)
+def controller_proc(devcluster: Any) -> Iterator[ServiceProcess]:
+    with ServiceProcess.controller(devcluster.kubeconfig) as proc:
+        yield proc
 
 
 # Two service processes plus a kwok node: the one end-to-end check of the node-agent flow, so it
 # runs in `make test` even though it takes 30-45 s on a loaded 2-core machine.
 async def test_report_creates_gpus_and_scheduled_pod_becomes_a_worker(
-    controller_proc: dict[str, Any], kube_api: Any, namespace: str, make_gpu_nodes: Any, tmp_path: Path
+    controller_proc: ServiceProcess, kube_api: Any, namespace: str, make_gpu_nodes: Any, tmp_path: Path
 ) -> None:
     pool = f"hyp-{secrets.token_hex(3)}"
     # Readiness of the fresh kwok node is not awaited: it is Ready long before the pod is scheduled.
@@ -126,23 +54,19 @@ async def test_report_creates_gpus_and_scheduled_pod_becomes_a_worker(
             },
         },
     )
-    port = free_port()
-    hyp = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything is timed
-        [
-            _exe("tf-hypervisor"),
-            "--node-name", node,
-            "--host", "127.0.0.1",
-            "--port", str(port),
-            "--backend", "simulated",
-            "--simulated-devices", "2xH100-80GB",
-            "--controller", controller_proc["grpc"],
-            "--state-file", str(tmp_path / "state.json"),
-        ],
-        env={**os.environ, "KUBECONFIG": controller_proc["kubeconfig"], "GPUPLANE_HYPERVISOR_LOG_JSON": "0"},
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
+    hyp = ServiceProcess("tf-hypervisor", "GPUPLANE_HYPERVISOR_", controller_proc.env["KUBECONFIG"])
+    hyp.args = [
+        "--node-name", node,
+        "--host", "127.0.0.1",
+        "--port", str(hyp.http_port),
+        "--backend", "simulated",
+        "--simulated-devices", "2xH100-80GB",
+        "--controller", controller_proc.grpc_target,
+        "--state-file", str(tmp_path / "state.json"),
+    ]  # fmt: skip
+    base = hyp.url
     try:
-        await asyncio.to_thread(_wait_http, hyp, f"{base}/readyz", "tf-hypervisor")
+        await asyncio.to_thread(hyp.start)
         async with httpx.AsyncClient(base_url=base) as http:
             devices = (await http.get("/api/v1/devices")).json()["data"]
             uuids = sorted(d["UUID"] for d in devices)
@@ -208,7 +132,7 @@ async def test_report_creates_gpus_and_scheduled_pod_becomes_a_worker(
             assert worker["QoS"] == "low" and worker["Requests"]["tflops"] == 100.0
             assert worker["AllocatedDevices"][0] in uuids
     finally:
-        _stop(hyp)
+        hyp.stop()
         for o in (await custom.list_cluster_custom_object(
             GROUP, VERSION, "gpus", label_selector=f"tensor-fusion.ai/node={node}"
         ))["items"]:  # fmt: skip
