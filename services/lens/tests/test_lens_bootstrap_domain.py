@@ -6,6 +6,7 @@ import tracemalloc
 
 import pytest
 
+from gpuplane_core.errors import GpuplaneError
 from gpuplane_lens.domain.bootstrap import (
     Credentials,
     Node,
@@ -19,7 +20,6 @@ from gpuplane_lens.domain.bootstrap import (
     preflight_key,
     role_problems,
 )
-from gpuplane_lens.domain.errors import LensRuleError
 from gpuplane_lens.domain.hostspec import Target, expand, is_rfc1123_hostname
 from gpuplane_lens.domain.inventory import ProxySettings, extended_no_proxy, render_inventory
 
@@ -43,15 +43,15 @@ def test_expand_forms() -> None:
 
 def test_cap_is_checked_before_expansion_instantly() -> None:
     tracemalloc.start()
-    with pytest.raises(LensRuleError) as err:
+    with pytest.raises(GpuplaneError) as err:
         expand([("0.0.0.0-255.255.255.255", 22)])
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert err.value.code == "too_many_hosts" and err.value.kind == "bad_request"
+    assert err.value.code == "too_many_hosts" and err.value.http_status == 400
     assert err.value.field == "nodes[0].host"
     assert peak < 1_000_000  # no list of 4 billion addresses was built (speed: bench_lens_hostspec)
     # The cap counts over all rows: 200 + 100 > 256.
-    with pytest.raises(LensRuleError):
+    with pytest.raises(GpuplaneError):
         expand([("10.0.0.0-199", 22), ("10.0.1.0-99", 22)])
     assert len(expand([("10.0.0.0-10.0.0.255", 22)])[0]) == 256
 
@@ -60,15 +60,15 @@ def test_cap_is_checked_before_expansion_instantly() -> None:
     "spec", ["10.0.0.12-10", "10.0.0.1-300", "bad_host!", "10.0.0.1-10.0.x.1", "", " , "]
 )
 def test_invalid_specs(spec: str) -> None:
-    with pytest.raises(LensRuleError) as err:
+    with pytest.raises(GpuplaneError) as err:
         expand([(spec, 22)])
     assert err.value.code == "invalid_host_spec"
 
 
 def test_duplicates_and_ports_refused() -> None:
-    with pytest.raises(LensRuleError):
+    with pytest.raises(GpuplaneError):
         expand([("10.0.0.1", 22), ("10.0.0.0-2", 22)])
-    with pytest.raises(LensRuleError) as err:
+    with pytest.raises(GpuplaneError) as err:
         expand([("10.0.0.1", 0)])
     assert err.value.field == "nodes[0].port"
 
@@ -87,10 +87,10 @@ def test_pins_must_equal_the_expanded_set() -> None:
     pins = [("10.0.0.1", 22, FP_A), ("10.0.0.2", 22, FP_B), ("10.0.0.3", 22, FP_B)]
     assert len(check_pins(nodes, pins)) == 3
     for bad in (pins[:2], [*pins, ("10.0.0.4", 22, FP_A)], [*pins[:2], ("10.0.0.3", 2222, FP_A)]):
-        with pytest.raises(LensRuleError) as err:
+        with pytest.raises(GpuplaneError) as err:
             check_pins(nodes, bad)
-        assert err.value.code == "host_key_pins_mismatch" and err.value.kind == "bad_request"
-    with pytest.raises(LensRuleError) as err:
+        assert err.value.code == "host_key_pins_mismatch" and err.value.http_status == 400
+    with pytest.raises(GpuplaneError) as err:
         check_pins(nodes, [*pins[:2], ("10.0.0.3", 22, "SHA256:short")])
     assert err.value.field == "hostKeys[2].fingerprint"
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplane_core.errors import GpuplaneError
 from gpuplane_lens.domain import validation as v
 from gpuplane_lens.domain.cleanup import may_delete_namespace
-from gpuplane_lens.domain.errors import LensRuleError
 from gpuplane_lens.domain.overview import DiskUsage, hardware, node_role, node_summary, overview
 from gpuplane_lens.domain.prepull import daemonset, images_for
 from gpuplane_lens.domain.prepull import status as prepull_status
@@ -32,7 +32,7 @@ def _kubeconfig(user: dict[str, Any] | None = None, cluster: dict[str, Any] | No
 
 
 def _code(fn: Any, *args: Any) -> str:
-    with pytest.raises(LensRuleError) as info:
+    with pytest.raises(GpuplaneError) as info:
         fn(*args)
     return info.value.code
 
@@ -55,7 +55,7 @@ def test_valid_kubeconfig_parses() -> None:
     ],
 )
 def test_bad_kubeconfigs_are_invalid_kubeconfig(data: bytes) -> None:
-    with pytest.raises(LensRuleError) as info:
+    with pytest.raises(GpuplaneError) as info:
         v.parse_kubeconfig(data)
     assert info.value.code == "invalid_kubeconfig"
     assert info.value.field == "file"
@@ -110,7 +110,7 @@ def test_versions_file_and_comparison() -> None:
     assert supported("v1.32.0", "v1.32.0")
     assert not supported("v1.31.9-gke.1", "v1.32.0")
     assert short_version("1", "34+", "v1.34.4") == "1.34"
-    with pytest.raises(LensRuleError):
+    with pytest.raises(GpuplaneError):
         parse_profile({**profile.raw, "surprise": "x"})
 
 
@@ -205,7 +205,7 @@ def test_prepull_images_and_daemonset() -> None:
         "ghcr.io/llm-d/llm-d-cuda:v0.10.0",
         "ghcr.io/llm-d/llm-d-xpu:v0.10.0",
     ]
-    with pytest.raises(LensRuleError) as info:
+    with pytest.raises(GpuplaneError) as info:
         images_for(profile, ["tpu"])
     assert info.value.code == "invalid_accelerator"
     ds = daemonset("p", "ns", images, "busybox")

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpuplane_lens.domain.errors import LensRuleError
+from gpuplane_lens.domain.errors import rule_error
 from gpuplane_lens.domain.hostspec import Target, expand
 
 Role = Literal["control-plane", "worker"]
@@ -84,7 +84,7 @@ def expand_rows(rows: list[NodeRow]) -> list[Node]:
     nodes: list[Node] = []
     for i, (row, targets) in enumerate(zip(rows, expanded, strict=True)):
         if not row.roles:
-            raise LensRuleError(
+            raise rule_error(
                 "a node needs at least one role", code="invalid_roles", field=f"nodes[{i}].roles"
             )
         nodes.extend(Node(t, row.roles, row.username, row.credentials) for t in targets)
@@ -96,7 +96,7 @@ def check_pins(nodes: list[Node], pins: list[tuple[str, int, str]]) -> dict[Targ
     by_target: dict[Target, str] = {}
     for i, (host, port, fp) in enumerate(pins):
         if not FINGERPRINT.match(fp):
-            raise LensRuleError(
+            raise rule_error(
                 "fingerprint must be SHA256:<43 base64 characters>",
                 code="invalid_host_key_pin",
                 kind="bad_request",
@@ -104,7 +104,7 @@ def check_pins(nodes: list[Node], pins: list[tuple[str, int, str]]) -> dict[Targ
             )
         t = Target(host.lower(), port)
         if t in by_target:
-            raise LensRuleError(
+            raise rule_error(
                 f"{t.address} is pinned twice",
                 code="invalid_host_key_pin",
                 kind="bad_request",
@@ -115,7 +115,7 @@ def check_pins(nodes: list[Node], pins: list[tuple[str, int, str]]) -> dict[Targ
     if set(by_target) != wanted:
         missing = sorted(t.address for t in wanted - set(by_target))
         extra = sorted(t.address for t in set(by_target) - wanted)
-        raise LensRuleError(
+        raise rule_error(
             f"hostKeys must pin exactly the expanded hosts; missing {missing}, unexpected {extra}",
             code="host_key_pins_mismatch",
             kind="bad_request",

@@ -12,7 +12,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from gpuplane_lens.domain.errors import LensRuleError
+from gpuplane_core.errors import GpuplaneError
+from gpuplane_lens.domain.errors import rule_error
 
 MAX_EXPANDED_HOSTS = 256
 
@@ -31,8 +32,8 @@ class Target:
         return f"{self.host}:{self.port}"
 
 
-def _invalid(message: str, field: str) -> LensRuleError:
-    return LensRuleError(message, code="invalid_host_spec", kind="bad_request", field=field)
+def _invalid(message: str, field: str) -> GpuplaneError:
+    return rule_error(message, code="invalid_host_spec", kind="bad_request", field=field)
 
 
 def _range(part: str, field: str) -> tuple[int, int] | None:
@@ -91,7 +92,7 @@ def expand(rows: list[tuple[str, int]], cap: int = MAX_EXPANDED_HOSTS) -> list[l
                 total += bounds[1] - bounds[0] + 1
                 row.append((part, *bounds))
             if total > cap:
-                raise LensRuleError(
+                raise rule_error(
                     f"host specs expand to more than {cap} hosts",
                     code="too_many_hosts",
                     kind="bad_request",

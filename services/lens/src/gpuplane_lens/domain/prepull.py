@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpuplane_lens.domain.errors import LensRuleError
+from gpuplane_lens.domain.errors import rule_error
 from gpuplane_lens.domain.versions import StackProfile
 
 DAEMONSET_PREFIX = "lens-image-prepull"
@@ -25,7 +25,7 @@ RUNTIME_IMAGES: dict[str, str] = {
 def images_for(profile: StackProfile, accelerators: Sequence[str]) -> list[str]:
     unknown = [a for a in accelerators if a not in RUNTIME_IMAGES]
     if unknown:
-        raise LensRuleError(
+        raise rule_error(
             f"unknown accelerators {unknown}; known: {sorted(RUNTIME_IMAGES)}",
             code="invalid_accelerator",
             field="accelerators",

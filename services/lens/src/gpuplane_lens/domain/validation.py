@@ -9,7 +9,8 @@ from urllib.parse import urlparse
 
 import yaml
 
-from gpuplane_lens.domain.errors import LensRuleError
+from gpuplane_core.errors import GpuplaneError
+from gpuplane_lens.domain.errors import rule_error
 from gpuplane_lens.domain.records import Proxy
 
 GATEWAY_PROVIDERS = ("envoy-ai-gateway", "istio", "agentgateway", "gke")
@@ -26,8 +27,8 @@ _FORBIDDEN_CLUSTER_KEYS = ("certificate-authority",)
 _FORBIDDEN_USER_KEYS = ("client-certificate", "client-key", "tokenFile", "exec", "auth-provider")
 
 
-def _invalid_kubeconfig(message: str) -> LensRuleError:
-    return LensRuleError(message, code="invalid_kubeconfig", field="file")
+def _invalid_kubeconfig(message: str) -> GpuplaneError:
+    return rule_error(message, code="invalid_kubeconfig", field="file")
 
 
 def parse_kubeconfig(data: bytes) -> dict[str, Any]:
@@ -103,33 +104,29 @@ def parse_proxy(value: Any) -> Proxy:
         try:
             value = json.loads(value)
         except ValueError:
-            raise LensRuleError(
-                "proxy is not valid JSON", code="invalid_proxy_config", field="proxy"
-            ) from None
+            raise rule_error("proxy is not valid JSON", code="invalid_proxy_config", field="proxy") from None
     if not isinstance(value, dict):
-        raise LensRuleError("proxy must be an object", code="invalid_proxy_config", field="proxy")
+        raise rule_error("proxy must be an object", code="invalid_proxy_config", field="proxy")
     unknown = sorted(set(value) - _PROXY_KEYS)
     if unknown:
-        raise LensRuleError(f"proxy has unknown keys {unknown}", code="invalid_proxy_config", field="proxy")
+        raise rule_error(f"proxy has unknown keys {unknown}", code="invalid_proxy_config", field="proxy")
     mode = value.get("mode", "auto")
     if mode not in ("auto", "custom"):
-        raise LensRuleError(
-            "proxy.mode must be auto or custom", code="invalid_proxy_config", field="proxy.mode"
-        )
+        raise rule_error("proxy.mode must be auto or custom", code="invalid_proxy_config", field="proxy.mode")
     fields: dict[str, str] = {}
     for key in ("httpProxy", "httpsProxy", "noProxy"):
         raw = value.get(key) or ""
         if not isinstance(raw, str):
-            raise LensRuleError(
+            raise rule_error(
                 f"proxy.{key} must be a string", code="invalid_proxy_config", field=f"proxy.{key}"
             )
         if key != "noProxy" and raw and urlparse(raw).scheme not in ("http", "https", "socks5"):
-            raise LensRuleError(
+            raise rule_error(
                 f"proxy.{key} must be an http(s) URL", code="invalid_proxy_config", field=f"proxy.{key}"
             )
         fields[key] = raw.strip()
     if mode == "custom" and not (fields["httpProxy"] or fields["httpsProxy"]):
-        raise LensRuleError(
+        raise rule_error(
             "proxy.mode custom needs httpProxy or httpsProxy", code="invalid_proxy_config", field="proxy"
         )
     return Proxy(
@@ -143,9 +140,9 @@ def parse_proxy(value: Any) -> Proxy:
 def check_name(name: str | None) -> str:
     cleaned = (name or "").strip()
     if not cleaned:
-        raise LensRuleError("name is required", code="invalid_cluster_name", field="name")
+        raise rule_error("name is required", code="invalid_cluster_name", field="name")
     if len(cleaned) > MAX_NAME_CHARS:
-        raise LensRuleError(
+        raise rule_error(
             f"name exceeds {MAX_NAME_CHARS} characters", code="invalid_cluster_name", field="name"
         )
     return cleaned
@@ -154,7 +151,7 @@ def check_name(name: str | None) -> str:
 def check_description(text: str | None) -> str:
     cleaned = (text or "").strip()
     if len(cleaned) > MAX_DESCRIPTION_CHARS:
-        raise LensRuleError(
+        raise rule_error(
             f"description exceeds {MAX_DESCRIPTION_CHARS} characters",
             code="invalid_description",
             field="description",
@@ -166,7 +163,7 @@ def check_gateway_provider(provider: str | None) -> str | None:
     if provider is None or provider == "":
         return None
     if provider not in GATEWAY_PROVIDERS:
-        raise LensRuleError(
+        raise rule_error(
             f"gatewayProvider must be one of {', '.join(GATEWAY_PROVIDERS)}",
             code="invalid_gateway_provider",
             field="gatewayProvider",
@@ -178,7 +175,7 @@ def check_gateway_port(port: int | None) -> int | None:
     if port is None:
         return None
     if not NODE_PORT_MIN <= port <= NODE_PORT_MAX:
-        raise LensRuleError(
+        raise rule_error(
             f"gatewayPort must be a NodePort between {NODE_PORT_MIN} and {NODE_PORT_MAX}",
             code="invalid_gateway_port",
             field="gatewayPort",
@@ -190,7 +187,7 @@ def check_inotify(value: int | None) -> int | None:
     if value is None:
         return None
     if not 128 <= value <= 1 << 20:
-        raise LensRuleError(
+        raise rule_error(
             "inotifyMaxUserInstances must be between 128 and 1048576",
             code="invalid_inotify_max_user_instances",
             field="inotifyMaxUserInstances",
@@ -206,7 +203,7 @@ def check_host(value: str | None, field: str) -> str | None:
     if not host:
         return None
     if len(host) > 253 or any(c in host for c in "/ \t?#@"):
-        raise LensRuleError(
+        raise rule_error(
             f"{field} must be a host name or IP address", code="invalid_gateway_host", field=field
         )
     return host
@@ -223,7 +220,7 @@ def gateway_prefix(value: str | None, cluster_id: str) -> str | None:
     if not prefix:
         return None
     if len(prefix) > 63 or not _DNS_LABEL.match(prefix) or len(prefix) + len(suffix) > 63:
-        raise LensRuleError(
+        raise rule_error(
             "gatewayNamespace must be a DNS label of at most 63 characters including the -<id> suffix",
             code="invalid_gateway_namespace",
             field="gatewayNamespace",
@@ -239,14 +236,14 @@ def gateway_namespace(prefix: str | None, cluster_id: str) -> str:
 def check_secret_ref(namespace: str | None, name: str | None) -> tuple[str, str]:
     for field, value in (("namespace", namespace), ("name", name)):
         if not value or not isinstance(value, str):
-            raise LensRuleError(f"{field} is required", code="invalid_secret_ref", field=field)
+            raise rule_error(f"{field} is required", code="invalid_secret_ref", field=field)
         limit = 63 if field == "namespace" else 253
         if (
             len(value) > limit
             or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", value)
             or (field == "namespace" and "." in value)
         ):
-            raise LensRuleError(
+            raise rule_error(
                 f"{field} must be a valid Kubernetes name", code="invalid_secret_ref", field=field
             )
     assert namespace is not None and name is not None
@@ -255,9 +252,9 @@ def check_secret_ref(namespace: str | None, name: str | None) -> tuple[str, str]
 
 def check_token(token: str | None) -> str:
     if token is None or not token.strip():
-        raise LensRuleError("token must not be empty", code="invalid_secret_token", field="token")
+        raise rule_error("token must not be empty", code="invalid_secret_token", field="token")
     if any(c in token for c in "\r\n\0"):
-        raise LensRuleError("token must be a single line", code="invalid_secret_token", field="token")
+        raise rule_error("token must be a single line", code="invalid_secret_token", field="token")
     return token.strip()
 
 
@@ -266,14 +263,12 @@ _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 def check_node_names(names: Any) -> list[str]:
     if not isinstance(names, list) or not names:
-        raise LensRuleError(
+        raise rule_error(
             "names must be a non-empty list of node names", code="invalid_node_names", field="names"
         )
     if len(names) > 1000:
-        raise LensRuleError("at most 1000 nodes at a time", code="invalid_node_names", field="names")
+        raise rule_error("at most 1000 nodes at a time", code="invalid_node_names", field="names")
     for name in names:
         if not isinstance(name, str) or len(name) > 253 or not _NODE_NAME.match(name):
-            raise LensRuleError(
-                "names must be Kubernetes node names", code="invalid_node_names", field="names"
-            )
+            raise rule_error("names must be Kubernetes node names", code="invalid_node_names", field="names")
     return list(dict.fromkeys(names))

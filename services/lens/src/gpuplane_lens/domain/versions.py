@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplane_lens.domain.errors import LensRuleError
+from gpuplane_lens.domain.errors import rule_error
 
 _REQUIRED = (
     "llm_d",
@@ -57,28 +57,26 @@ class StackProfile:
 def parse_profile(doc: Any) -> StackProfile:
     """Validate the versions file: every key present, strings only, no unknown keys."""
     if not isinstance(doc, dict):
-        raise LensRuleError("versions file must be a mapping", code="invalid_versions_file")
+        raise rule_error("versions file must be a mapping", code="invalid_versions_file")
     allowed = {*_REQUIRED, "gateway_providers"}
     unknown = sorted(set(doc) - allowed)
     if unknown:
-        raise LensRuleError(f"unknown keys in versions file: {unknown}", code="invalid_versions_file")
+        raise rule_error(f"unknown keys in versions file: {unknown}", code="invalid_versions_file")
     for key in _REQUIRED:
         if not isinstance(doc.get(key), str) or not doc[key]:
-            raise LensRuleError(
-                f"versions file: {key} must be a non-empty string", code="invalid_versions_file"
-            )
+            raise rule_error(f"versions file: {key} must be a non-empty string", code="invalid_versions_file")
     providers = doc.get("gateway_providers")
     if not isinstance(providers, dict) or set(providers) != set(_PROVIDERS):
-        raise LensRuleError(
+        raise rule_error(
             f"versions file: gateway_providers must have exactly {list(_PROVIDERS)}",
             code="invalid_versions_file",
         )
     if not all(isinstance(v, str) and v for v in providers.values()):
-        raise LensRuleError(
+        raise rule_error(
             "versions file: gateway provider versions must be strings", code="invalid_versions_file"
         )
     if parse_k8s_version(doc["min_k8s_version"]) is None:
-        raise LensRuleError("versions file: min_k8s_version is not a version", code="invalid_versions_file")
+        raise rule_error("versions file: min_k8s_version is not a version", code="invalid_versions_file")
     return StackProfile(dict(doc))
 
 

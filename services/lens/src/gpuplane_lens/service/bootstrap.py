@@ -38,10 +38,8 @@ from gpuplane_lens.domain.bootstrap import (
     preflight_key,
     role_problems,
 )
-from gpuplane_lens.domain.errors import LensRuleError
 from gpuplane_lens.domain.hostspec import Target, expand, is_rfc1123_hostname
 from gpuplane_lens.domain.inventory import ProxySettings, render_inventory
-from gpuplane_lens.errors import domain_to_core
 from gpuplane_lens.settings import Settings
 from gpuplane_lens.ssh.client import (
     HostKey,
@@ -71,13 +69,6 @@ class NodeResult:
     @property
     def state(self) -> str:
         return node_state(self.checks)
-
-
-def _rule(fn: Any, *args: Any, **kw: Any) -> Any:
-    try:
-        return fn(*args, **kw)
-    except LensRuleError as err:
-        raise domain_to_core(err) from None
 
 
 def _check(check_id: str, ok: bool, detail: str | None = None) -> Check:
@@ -164,7 +155,7 @@ class Bootstrapper:
     # -- host keys ------------------------------------------------------------------------------
 
     async def host_keys(self, rows: list[tuple[str, int]]) -> list[HostKey]:
-        targets = [t for ts in _rule(expand, rows) for t in ts]
+        targets = [t for ts in expand(rows) for t in ts]
         return await read_host_keys(targets, self.timeout)
 
     # -- preflight ------------------------------------------------------------------------------
@@ -177,8 +168,8 @@ class Bootstrapper:
             problem = private_key_problem(key) if key else None
             if problem is not None:
                 raise Unprocessable(problem, code="invalid_private_key", field=f"nodes[{i}].privateKey")
-        nodes: list[Node] = _rule(expand_rows, rows)
-        by_target: dict[Target, str] = _rule(check_pins, nodes, pins)
+        nodes: list[Node] = expand_rows(rows)
+        by_target: dict[Target, str] = check_pins(nodes, pins)
         return nodes, by_target
 
     async def _check_node(self, node: Node, pin: str, role_detail: str | None) -> NodeResult:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from gpuplane_core.errors import Conflict, GpuplaneError, NotFound, Unprocessable
 from gpuplane_lens.domain import validation as v
-from gpuplane_lens.domain.errors import LensRuleError
 from gpuplane_lens.domain.records import (
     DEFAULT_INOTIFY_MAX_USER_INSTANCES,
     ClusterRecord,
@@ -22,7 +19,6 @@ from gpuplane_lens.domain.records import (
     new_cluster_id,
 )
 from gpuplane_lens.domain.versions import StackProfile
-from gpuplane_lens.errors import domain_to_core
 from gpuplane_lens.k8s import cleanup, gateway, nodes, secrets
 from gpuplane_lens.k8s.clients import TRANSPORT_ERRORS, ClusterClients, transport_error
 from gpuplane_lens.k8s.node_cache import NodeCaches
@@ -36,15 +32,6 @@ logger = logging.getLogger(__name__)
 
 LLM_D_REPO = "llm-d"
 LLM_D_BENCHMARK_REPO = "llm-d-benchmark"
-
-
-@contextmanager
-def rules() -> Iterator[None]:
-    """Domain rule violations surface as the documented 4xx errors."""
-    try:
-        yield
-    except LensRuleError as err:
-        raise domain_to_core(err) from None
 
 
 class ClusterService:
@@ -160,16 +147,15 @@ class ClusterService:
             raise Unprocessable(check["reason"], code="gateway_port_in_use", field="gatewayPort")
 
     async def register(self, reg: Registration) -> tuple[dict[str, Any], str]:
-        with rules():
-            name = v.check_name(reg.name)
-            description = v.check_description(reg.description)
-            v.parse_kubeconfig(reg.kubeconfig)  # validated; the original text is stored (encrypted)
-            proxy = v.parse_proxy(reg.proxy) if reg.proxy not in (None, "") else v.parse_proxy({})
-            provider = v.check_gateway_provider(reg.gateway_provider)
-            port = v.check_gateway_port(reg.gateway_port)
-            public_url = v.check_host(reg.gateway_public_url, "gatewayPublicUrl")
-            authz = v.check_host(reg.gateway_authz_host, "gatewayAuthzHost")
-            inotify = v.check_inotify(reg.inotify_max_user_instances)
+        name = v.check_name(reg.name)
+        description = v.check_description(reg.description)
+        v.parse_kubeconfig(reg.kubeconfig)  # validated; the original text is stored (encrypted)
+        proxy = v.parse_proxy(reg.proxy) if reg.proxy not in (None, "") else v.parse_proxy({})
+        provider = v.check_gateway_provider(reg.gateway_provider)
+        port = v.check_gateway_port(reg.gateway_port)
+        public_url = v.check_host(reg.gateway_public_url, "gatewayPublicUrl")
+        authz = v.check_host(reg.gateway_authz_host, "gatewayAuthzHost")
+        inotify = v.check_inotify(reg.inotify_max_user_instances)
         now = datetime.now(UTC)
         rec = ClusterRecord(
             id=new_cluster_id(),
@@ -207,31 +193,30 @@ class ClusterService:
     async def update(self, cluster_id: str, update: SettingsUpdate) -> dict[str, Any]:
         rec = await self.store.get_cluster(cluster_id)
         f = update.fields
-        with rules():
-            changes: dict[str, Any] = {}
-            gateway = rec.gateway
-            if "name" in f:
-                changes["name"] = v.check_name(f["name"])
-            if "description" in f:
-                changes["description"] = v.check_description(f["description"])
-            if "proxy" in f and f["proxy"] is not None:
-                changes["proxy"] = v.parse_proxy(f["proxy"])
-            if "draft" in f and f["draft"] is not None:
-                changes["draft"] = bool(f["draft"])
-            if "inotifyMaxUserInstances" in f and f["inotifyMaxUserInstances"] is not None:
-                changes["inotify_max_user_instances"] = v.check_inotify(f["inotifyMaxUserInstances"])
-            if "gatewayProvider" in f:
-                gateway = replace(gateway, provider=v.check_gateway_provider(f["gatewayProvider"]))
-            if "gatewayNamespace" in f:
-                gateway = replace(gateway, namespace_prefix=v.gateway_prefix(f["gatewayNamespace"], rec.id))
-            if "gatewayPort" in f:
-                gateway = replace(gateway, port=v.check_gateway_port(f["gatewayPort"]))
-            if "gatewayPublicUrl" in f:
-                gateway = replace(gateway, public_url=v.check_host(f["gatewayPublicUrl"], "gatewayPublicUrl"))
-            if "gatewayAuthzHost" in f:
-                gateway = replace(gateway, authz_host=v.check_host(f["gatewayAuthzHost"], "gatewayAuthzHost"))
-            if "gatewayAuthzHost" in f or "gatewayProvider" in f:
-                gateway = replace(gateway, authz_host=self._authz_host(gateway.provider, gateway.authz_host))
+        changes: dict[str, Any] = {}
+        gateway = rec.gateway
+        if "name" in f:
+            changes["name"] = v.check_name(f["name"])
+        if "description" in f:
+            changes["description"] = v.check_description(f["description"])
+        if "proxy" in f and f["proxy"] is not None:
+            changes["proxy"] = v.parse_proxy(f["proxy"])
+        if "draft" in f and f["draft"] is not None:
+            changes["draft"] = bool(f["draft"])
+        if "inotifyMaxUserInstances" in f and f["inotifyMaxUserInstances"] is not None:
+            changes["inotify_max_user_instances"] = v.check_inotify(f["inotifyMaxUserInstances"])
+        if "gatewayProvider" in f:
+            gateway = replace(gateway, provider=v.check_gateway_provider(f["gatewayProvider"]))
+        if "gatewayNamespace" in f:
+            gateway = replace(gateway, namespace_prefix=v.gateway_prefix(f["gatewayNamespace"], rec.id))
+        if "gatewayPort" in f:
+            gateway = replace(gateway, port=v.check_gateway_port(f["gatewayPort"]))
+        if "gatewayPublicUrl" in f:
+            gateway = replace(gateway, public_url=v.check_host(f["gatewayPublicUrl"], "gatewayPublicUrl"))
+        if "gatewayAuthzHost" in f:
+            gateway = replace(gateway, authz_host=v.check_host(f["gatewayAuthzHost"], "gatewayAuthzHost"))
+        if "gatewayAuthzHost" in f or "gatewayProvider" in f:
+            gateway = replace(gateway, authz_host=self._authz_host(gateway.provider, gateway.authz_host))
         candidate = replace(rec, gateway=gateway, **changes)
         if gateway.port is not None and gateway.port != rec.gateway.port:
             await self._ensure_port_free(candidate)
@@ -287,8 +272,7 @@ class ClusterService:
 
     async def set_schedulable(self, cluster_id: str, names: Any, unschedulable: bool) -> dict[str, Any]:
         rec = await self.store.get_cluster(cluster_id)
-        with rules():
-            checked = v.check_node_names(names)
+        checked = v.check_node_names(names)
         api = await self.clients.get(rec.id)
         items = await nodes.set_unschedulable(api, checked, unschedulable, self.request_timeout)
         return {"items": items}
@@ -297,9 +281,8 @@ class ClusterService:
         self, cluster_id: str, namespace: str | None, name: str | None, token: str | None
     ) -> dict[str, str]:
         rec = await self.store.get_cluster(cluster_id)
-        with rules():
-            ns, nm = v.check_secret_ref(namespace, name)
-            value = v.check_token(token)
+        ns, nm = v.check_secret_ref(namespace, name)
+        value = v.check_token(token)
         api = await self.clients.get(rec.id)
         created_ns = await secrets.create_hf_secret(api, ns, nm, value, self.request_timeout)
         await self._record_secret(rec, ns, nm, created_ns)
@@ -310,12 +293,11 @@ class ClusterService:
     ) -> dict[str, str]:
         rec = await self.store.get_cluster(cluster_id)
         recorded = rec.hf_token_secret
-        with rules():
-            value = v.check_token(token)
-            ns, nm = v.check_secret_ref(
-                namespace or (recorded.namespace if recorded else None),
-                name or (recorded.name if recorded else None),
-            )
+        value = v.check_token(token)
+        ns, nm = v.check_secret_ref(
+            namespace or (recorded.namespace if recorded else None),
+            name or (recorded.name if recorded else None),
+        )
         api = await self.clients.get(rec.id)
         created_ns = await secrets.apply_hf_secret(api, ns, nm, value, self.request_timeout)
         await self._record_secret(rec, ns, nm, created_ns)

@@ -14,7 +14,7 @@ from gpuplane_lens.domain.versions import supported
 from gpuplane_lens.k8s import crds, discovery, prepull
 from gpuplane_lens.k8s.overview import fetch_overview
 from gpuplane_lens.k8s.probe import version
-from gpuplane_lens.service.clusters import LLM_D_BENCHMARK_REPO, LLM_D_REPO, ClusterService, rules
+from gpuplane_lens.service.clusters import LLM_D_BENCHMARK_REPO, LLM_D_REPO, ClusterService
 from gpuplane_lens.settings import Settings
 
 
@@ -52,8 +52,7 @@ class ClusterOperations:
 
     async def start_prepull(self, cluster_id: str, accelerators: list[str]) -> dict[str, Any]:
         await self.clusters.store.get_cluster(cluster_id)
-        with rules():
-            images = prepull_domain.images_for(self.profile, accelerators)
+        images = prepull_domain.images_for(self.profile, accelerators)
         api = await self.clusters.clients.get(cluster_id)
         return await prepull.start(
             api,
