@@ -22,9 +22,10 @@ from gpuplane_controller.domain.filters import (
     tflops_needed,
     vram_needed,
 )
-from gpuplane_controller.domain.model import Allocation, AllocationError, AllocRequest, Gpu, PoolConfig, Quota
+from gpuplane_controller.domain.model import Allocation, AllocRequest, Gpu, PoolConfig, Quota
 from gpuplane_controller.domain.quota import NamespaceUsage, check_quota
 from gpuplane_controller.domain.scoring import final_score, gpu_score, node_score
+from gpuplane_core.errors import InvalidSpec
 
 Listener = Callable[[str, Allocation, int], None]
 
@@ -414,7 +415,7 @@ class Allocator:
             return existing
         names = tuple(gpu_names)
         if len(set(names)) != len(names):
-            raise AllocationError("the same gpu is listed twice", field="tensor-fusion.ai/gpu-ids")
+            raise InvalidSpec("the same gpu is listed twice", field="tensor-fusion.ai/gpu-ids")
         per_gpu: list[int] = []
         for name in names:
             g = self.gpus.get(name)

@@ -12,15 +12,6 @@ DEFAULT_STRATEGY = "NodeCompactGPULowLoad"
 DEFAULT_MAX_WORKERS_PER_NODE = 256
 
 
-class AllocationError(Exception):
-    """A request the allocator cannot act on (bad annotation, unknown pool)."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-
-
 @dataclass(frozen=True)
 class Amount:
     """TFLOPs (milli), VRAM (bytes) and compute percent (milli-percent); zero means unset."""

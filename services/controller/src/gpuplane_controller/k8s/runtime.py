@@ -13,7 +13,6 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuplane_controller.domain.model import AllocationError
 from gpuplane_controller.domain.podrequest import GPU_IDS, INDEX, SCHEDULER_NAME, gpu_ids, parse_request
 from gpuplane_controller.k8s import sources
 from gpuplane_controller.state import ClusterState, fmt_tflops, fmt_vram
@@ -262,7 +261,7 @@ class Controller:
         req.gpu_count = len(ids)
         try:
             st.allocator.reserve(req, node, ids)
-        except AllocationError as e:
+        except GpuplaneError as e:
             log.warning("pod %s/%s: cannot rebuild allocation: %s", *_nsname(pod), e.message)
             return
         raw_index = ((pod["metadata"].get("annotations") or {}).get(INDEX) or "").strip()
