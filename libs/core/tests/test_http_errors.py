@@ -174,3 +174,25 @@ def test_validation_message_is_bounded() -> None:
     assert message.endswith("and 45 more")
     assert "secret" not in message
     assert len(message) < 1500
+
+
+async def test_status_map_renumbers_domain_errors_only() -> None:
+    from fastapi import FastAPI
+
+    from gpuplane_core.errors import NotFound, UpstreamError
+
+    app = FastAPI()
+    install_error_handlers(app, "simple", status_map={502: 500})
+
+    @app.get("/down")
+    async def down() -> None:
+        raise UpstreamError("Kubernetes API error (503): etcd unavailable")
+
+    @app.get("/missing")
+    async def missing() -> None:
+        raise NotFound("job x not found")
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        r = await http.get("/down")
+        assert (r.status_code, r.json()) == (500, {"error": "Kubernetes API error (503): etcd unavailable"})
+        assert (await http.get("/missing")).status_code == 404

@@ -166,12 +166,13 @@ async def test_bad_request_bodies(api: httpx.AsyncClient, body: dict[str, Any]) 
     assert r.status_code == 400 and "error" in r.json()
 
 
-async def test_fractional_job_without_controller_is_refused_503(
+async def test_fractional_job_without_controller_is_refused_with_500(
     api: httpx.AsyncClient, namespace: str
 ) -> None:
+    """Never admitted unchecked; the spec answers server-side failures with 500."""
     text = job_yaml("training", "frac", namespace).replace("gpu: 0}", "gpuShare: {tflops: 10, vram: 1Gi}}")
     r = await create(api, text)
-    assert r.status_code == 503
+    assert r.status_code == 500
     assert "controller" in r.json()["error"]
     assert (await api.get("/jobs/frac", params={"namespace": namespace})).status_code == 404
 

@@ -33,12 +33,15 @@ def create_app(
     error_style: ErrorStyle,
     lifespan: Lifespan | None = None,
     readiness: Readiness = _always_ready,
+    status_map: dict[int, int] | None = None,
     version: str = "0.1.0",
 ) -> FastAPI:
     """The app with error handling, body limit, `/metrics`, `/healthz` and `/readyz`."""
     app = FastAPI(title=title, version=version, lifespan=lifespan)
     app.state.settings = settings
-    install_error_handlers(app, error_style, max_request_bytes=settings.max_request_bytes)
+    install_error_handlers(
+        app, error_style, max_request_bytes=settings.max_request_bytes, status_map=status_map
+    )
     install_metrics(app, service)
 
     @app.get("/healthz", include_in_schema=False)

@@ -88,8 +88,19 @@ def _http_exception_code(status: int) -> str:
         return "http_error"
 
 
-def install_error_handlers(app: FastAPI, style: ErrorStyle, *, max_request_bytes: int | None = None) -> None:
-    """Register the handlers (and, with ``max_request_bytes``, a :class:`BodySizeLimitMiddleware`)."""
+def install_error_handlers(
+    app: FastAPI,
+    style: ErrorStyle,
+    *,
+    max_request_bytes: int | None = None,
+    status_map: Mapping[int, int] | None = None,
+) -> None:
+    """Register the handlers (and, with ``max_request_bytes``, a :class:`BodySizeLimitMiddleware`).
+
+    ``status_map`` renumbers domain-error statuses for an API whose spec documents fewer codes
+    (gpuctl's answers every server-side failure, a Kubernetes outage included, with 500).
+    """
+    remap = dict(status_map or {})
 
     async def on_gpuplane_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, GpuplaneError)
@@ -98,7 +109,7 @@ def install_error_handlers(app: FastAPI, style: ErrorStyle, *, max_request_bytes
             return error_response(exc.http_status, INTERNAL_MESSAGE, exc.code, style)
         if exc.http_status >= 500:
             logger.warning("request failed with %s: %s", exc.code, exc.message)
-        return error_response(exc.http_status, exc.message, exc.code, style)
+        return error_response(remap.get(exc.http_status, exc.http_status), exc.message, exc.code, style)
 
     async def on_validation_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)

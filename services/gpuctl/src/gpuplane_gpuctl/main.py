@@ -63,6 +63,8 @@ def build_app(settings: Settings | None = None) -> FastAPI:
         error_style="simple",
         lifespan=lifespan,
         readiness=_readiness,
+        # The gpuctl spec documents 400/404/409/500: server-side failures are all 500.
+        status_map={502: 500, 503: 500, 504: 500},
     )
     app.include_router(base.router)
     app.include_router(jobs.router)
