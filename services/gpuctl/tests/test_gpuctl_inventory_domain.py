@@ -61,6 +61,19 @@ def test_pool_of_two_nodes_with_three_gpus_requested() -> None:
     assert p["gpuType"] == ["A100"] and p["nodes"] == ["a", "b"] and p["status"] == "active"
 
 
+def test_pending_pods_bound_for_a_pool_count_as_used_there() -> None:
+    nodes = [node_row(node("a", pool="p")), node_row(node("b", pool="q", gpus=2))]
+    waiting = pod("w", None, 3, phase="Pending")
+    waiting["metadata"]["labels"] = {"runwhere.ai/pool": "p"}
+    big = pod("big", None, 5, phase="Pending")
+    big["metadata"]["labels"] = {"runwhere.ai/pool": "q"}
+    stray = pod("stray", None, 4, phase="Pending")  # no pool: counts nowhere
+    uses = [u for u in map(pod_use, [waiting, big, stray]) if u]
+    p, q = pool_views(nodes, usage_by_node(uses), pending=uses)
+    assert (p["gpuTotal"], p["gpuUsed"], p["gpuFree"]) == (8, 3, 5)
+    assert (q["gpuTotal"], q["gpuUsed"], q["gpuFree"]) == (2, 5, 0)  # over-asked: free never negative
+
+
 def test_finished_and_unbound_pods_use_nothing() -> None:
     assert pod_use(pod("done", "a", 2, phase="Succeeded")) is None
     assert pod_use(pod("failed", "a", 2, phase="Failed")) is None

@@ -16,6 +16,7 @@ from gpuplane_gpuctl.domain.inventory import (
     Gpu,
     NodeRow,
     NodeUse,
+    PodUse,
     add_shared,
     node_row,
     pool_views,
@@ -34,13 +35,16 @@ CONTROLLER_WAIT_S = 2.0
 class Snapshot:
     nodes: list[NodeRow]
     usage: dict[str, NodeUse]
+    pending: list[PodUse]  # unfinished pods not yet on a node
     gpus: list[Gpu] | None  # the controller's GPUs, None without one
     controller: str  # "ok", "not configured" or "unavailable: ..."
 
 
 async def snapshot(cache: InventoryCache, capacity: CapacityClient | None) -> Snapshot:
     await cache.wait_synced()
-    nodes, usage = cache.node_rows(), usage_by_node(cache.pod_uses())
+    pods = list(cache.pod_uses())
+    nodes, usage = cache.node_rows(), usage_by_node(pods)
+    pending = [p for p in pods if p.node is None]
     gpus, note = None, "not configured"
     if capacity is not None:
         try:
@@ -55,11 +59,11 @@ async def snapshot(cache: InventoryCache, capacity: CapacityClient | None) -> Sn
             # Whole-GPU numbers from the cluster are still right; say what is missing.
             log.warning("controller allocations unavailable: %s", e.message)
             note = f"unavailable: {e.message}"
-    return Snapshot(nodes, usage, gpus, note)
+    return Snapshot(nodes, usage, pending, gpus, note)
 
 
 def pool_or_404(snap: Snapshot, name: str) -> dict[str, Any]:
-    for p in pool_views(snap.nodes, snap.usage):
+    for p in pool_views(snap.nodes, snap.usage, snap.pending):
         if p["name"] == name:
             return p
     raise NotFound(f"pool {name} not found")

@@ -26,7 +26,7 @@ class CreatePool(BaseModel):
 async def list_pools(request: Request) -> list[dict[str, Any]]:
     st = request.app.state
     snap = await snapshot(st.inventory, st.capacity)
-    return pool_views(snap.nodes, snap.usage)
+    return pool_views(snap.nodes, snap.usage, snap.pending)
 
 
 @router.get("/{poolName}")

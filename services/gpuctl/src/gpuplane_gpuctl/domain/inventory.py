@@ -153,6 +153,11 @@ class NodeUse:
     shared_gpus: int = 0  # GPUs holding fractional workers (from the controller)
 
 
+def pods_pool(pod: PodUse) -> str | None:
+    """The pool a gpuctl job's pod is bound for (its `runwhere.ai/pool` label)."""
+    return pod.labels.get(POOL_LABEL)
+
+
 def usage_by_node(pods: Iterable[PodUse]) -> dict[str, NodeUse]:
     out: dict[str, NodeUse] = {}
     for p in pods:
@@ -235,7 +240,10 @@ def node_page(nodes: list[NodeRow], usage: dict[str, NodeUse], page: int, page_s
     return {"total": len(nodes), "page": page, "pageSize": page_size, "items": items}
 
 
-def pool_views(nodes: Iterable[NodeRow], usage: dict[str, NodeUse]) -> list[dict[str, Any]]:
+def pool_views(
+    nodes: Iterable[NodeRow], usage: dict[str, NodeUse], pending: Iterable[PodUse] = ()
+) -> list[dict[str, Any]]:
+    """Pools with GPU totals; `used` also counts pods still waiting for a node of the pool."""
     pools: dict[str, dict[str, Any]] = {}
     for n in nodes:
         if not n.pool:
@@ -245,19 +253,22 @@ def pool_views(nodes: Iterable[NodeRow], usage: dict[str, NodeUse]) -> list[dict
             {"name": n.pool, "description": None, "gpuTotal": 0, "gpuUsed": 0, "gpuFree": 0,
              "gpuType": set(), "nodes": [], "_ready": 0},
         )  # fmt: skip
-        used = gpu_used(n, usage.get(n.name))
         p["gpuTotal"] += n.gpu_total
-        p["gpuUsed"] += used
-        p["gpuFree"] += max(0, n.gpu_total - used)
+        p["gpuUsed"] += gpu_used(n, usage.get(n.name))
         if n.gpu_type:
             p["gpuType"].add(n.gpu_type)
         if p["description"] is None and n.annotations.get(A_POOL_DESCRIPTION):
             p["description"] = n.annotations[A_POOL_DESCRIPTION]
         p["nodes"].append(n.name)
         p["_ready"] += n.status == "Ready"
+    for pod in pending:
+        target = pods_pool(pod)
+        if pod.node is None and target in pools:
+            pools[target]["gpuUsed"] += pod.gpu
     out = []
     for name in sorted(pools):
         p = pools[name]
+        p["gpuFree"] = max(0, p["gpuTotal"] - p["gpuUsed"])
         ready = p.pop("_ready")
         p["gpuType"] = sorted(p["gpuType"])
         p["nodes"].sort()
