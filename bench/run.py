@@ -42,13 +42,34 @@ def machine() -> list[str]:
     ]
 
 
+def write_doc(summaries: list[str], sections: list[str], pending: list[str]) -> Path:
+    doc = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (bench/run.py); figures are from the machine below.",
+        "",
+        *machine(),
+        "",
+        "| benchmark | summary |",
+        "|---|---|",
+        *summaries,
+        *(f"| {name} | not run yet |" for name in pending),
+        "",
+        *sections,
+    ]
+    out = ROOT / "docs" / "BENCHMARKS.md"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text("\n".join(doc))
+    return out
+
+
 def main(argv: list[str]) -> int:
     only = set(argv)
     scripts = sorted(p for p in (ROOT / "bench").glob("bench_*.py") if not only or p.stem in only)
     sections: list[str] = []
     summaries: list[str] = []
     failed = 0
-    for script in scripts:
+    for i, script in enumerate(scripts):
         print(f"== {script.stem}", flush=True)
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT)
@@ -67,33 +88,11 @@ def main(argv: list[str]) -> int:
             failed += 1
             summary = f"FAILED (exit {proc.returncode})"
         summaries.append(f"| {script.stem} | {summary} |")
-        sections += [
-            f"## {script.stem}",
-            "",
-            f"Ran in {took:.0f}s.",
-            "",
-            "```",
-            proc.stdout.strip(),
-            "```",
-            "",
-        ]
-    doc = [
-        "# Benchmarks",
-        "",
-        "Written by `make bench` (bench/run.py); figures are from the machine below.",
-        "",
-        *machine(),
-        "",
-        "| benchmark | summary |",
-        "|---|---|",
-        *summaries,
-        "",
-        *sections,
-    ]
-    out = ROOT / "docs" / "BENCHMARKS.md"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text("\n".join(doc))
-    print(f"wrote {out.relative_to(ROOT)}")
+        output = proc.stdout.strip()
+        sections += [f"## {script.stem}", "", f"Ran in {took:.0f}s.", "", "```", output, "```", ""]
+        # Written after every benchmark: a run cut short still records what finished.
+        out = write_doc(summaries, sections, [p.stem for p in scripts[i + 1 :]])
+    print(f"wrote {out.relative_to(ROOT)}" if scripts else "no benchmarks found")
     return 1 if failed else 0
 
 
