@@ -38,16 +38,17 @@ async def test_pool_numbers_follow_real_gpu_requests(
     )
     assert (await api.post("/jobs", json={"yamlContent": doc})).status_code == 201
 
-    async def used3() -> dict[str, Any] | None:
-        p = await pool_of(api, pool)
-        return p if p and p["gpuUsed"] == 3 else None
+    # The pool counts the 3 GPUs as soon as the pod exists (pending pods bound for the pool
+    # count too); wait until the pod sits on one of the pool's nodes.
+    async def on_a_node() -> dict[str, Any] | None:
+        d = (await api.get(f"/pools/{pool}")).json()
+        return d if sorted(n["gpuUsed"] for n in d["nodeDetails"]) == [0, 3] else None
 
-    p = await eventually(used3, 45, "pool to show 3 GPUs used")
-    assert (p["gpuTotal"], p["gpuUsed"], p["gpuFree"]) == (16, 3, 13)
-
-    detail = (await api.get(f"/pools/{pool}")).json()
-    assert detail["gpuUsed"] == 3 and detail["jobs"] == [f"{namespace}/use3"]
-    assert sorted(n["gpuUsed"] for n in detail["nodeDetails"]) == [0, 3]
+    detail = await eventually(on_a_node, 45, "the pod to be placed on a pool node")
+    assert (detail["gpuTotal"], detail["gpuUsed"], detail["gpuFree"]) == (16, 3, 13)
+    assert detail["jobs"] == [f"{namespace}/use3"]
+    p = await pool_of(api, pool)
+    assert p is not None and (p["gpuTotal"], p["gpuUsed"], p["gpuFree"]) == (16, 3, 13)
 
     # the node list, filtered by pool and GPU type, carries the same numbers and real cpu/memory
     nodes = (await api.get("/nodes", params={"pool": pool, "gpuType": "A100"})).json()

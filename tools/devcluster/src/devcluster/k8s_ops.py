@@ -125,13 +125,15 @@ async def wait_nodes_ready(
         await asyncio.sleep(0.5)
 
 
-async def wait_default_serviceaccount(api: client.ApiClient, timeout: float = 60) -> None:
-    """The ServiceAccount controller creates `default` in each namespace; tests rely on it."""
+async def wait_default_serviceaccount(
+    api: client.ApiClient, timeout: float = 60, namespace: str = "default"
+) -> None:
+    """The ServiceAccount controller creates `default` in each namespace; pods need it."""
     core = client.CoreV1Api(api)
     deadline = time.monotonic() + timeout
     while True:
         try:
-            await core.read_namespaced_service_account("default", "default")
+            await core.read_namespaced_service_account("default", namespace)
             return
         except ApiException as e:
             if e.status != 404 or time.monotonic() > deadline:

@@ -64,11 +64,16 @@ async def namespace(kube_api: Any, request: pytest.FixtureRequest) -> AsyncItera
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.exceptions import ApiException
 
+    from devcluster.k8s_ops import wait_default_serviceaccount
+
     name = f"t-{_slug(request.node.name, 45)}-{secrets.token_hex(3)}"
     core = client.CoreV1Api(kube_api)
     await core.create_namespace(
         body={"metadata": {"name": name, "labels": {"devcluster.gpuplane.io/test": "true"}}}
     )
+    # Pods are refused until kube-controller-manager has created the namespace's `default`
+    # ServiceAccount: hand out the namespace only once it is usable.
+    await wait_default_serviceaccount(kube_api, namespace=name)
     yield name
     try:
         await core.delete_namespace(name)
