@@ -9,14 +9,14 @@ from __future__ import annotations
 import time
 import tracemalloc
 
-from gpuplane_lens.domain.errors import LensRuleError
+from gpuplane_core.errors import GpuplaneError
 from gpuplane_lens.domain.hostspec import expand
 
 
 def _refuse() -> None:
     try:
         expand([("0.0.0.0-255.255.255.255", 22)])
-    except LensRuleError:
+    except GpuplaneError:
         return
     raise AssertionError("the whole IPv4 space was accepted")
 
