@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from controller_testkit import ControllerProc, GpuPool
+from controller_testkit import ControllerProc, GpuPool, pod_manifest
 
 
 @pytest.fixture
@@ -33,11 +33,27 @@ async def _wait_controller_sees(controller: ControllerProc, pool: GpuPool, timeo
     async with httpx.AsyncClient(timeout=5) as http:
         while True:
             store = (await http.get(f"{controller.url}/api/allocation")).json()["gpuStore"]
-            if want <= set(store):
+            missing = sorted(want - set(store))
+            # ... and every node with GPUs as Ready: a tiny pod pinned to it must fit there.
+            unusable = [
+                n
+                for n in pool.nodes
+                if pool.gpus.get(n) and not missing and not await _fits_on(http, controller, pool, n)
+            ]
+            if not missing and not unusable:
                 return
             if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"controller did not see GPUs {sorted(want - set(store))} in {timeout}s")
+                raise AssertionError(
+                    f"controller did not see GPUs {missing} / nodes {unusable} in {timeout}s"
+                )
             await asyncio.sleep(0.1)
+
+
+async def _fits_on(http: httpx.AsyncClient, controller: ControllerProc, pool: GpuPool, node: str) -> bool:
+    probe = pod_manifest("probe", pool.name, tflops_request="1", vram_request="1Mi")
+    probe["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    r = await http.post(f"{controller.url}/api/simulate-schedule", json=probe)
+    return r.status_code == 200 and r.json()["error"] is None
 
 
 @pytest.fixture

@@ -32,11 +32,34 @@ def frac_url(devcluster: Any, controller: ServiceProcess) -> Iterator[str]:
         yield url
 
 
+async def _controller_can_place(controller: ServiceProcess, pool: str) -> None:
+    """Wait until the controller's informers have the new node (Ready) and GPUs: a tiny pod fits."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": "default", "annotations": {
+            "tensor-fusion.ai/gpupool": pool, "tensor-fusion.ai/tflops-request": "1",
+            "tensor-fusion.ai/vram-request": "1Mi"}},
+        "spec": {"schedulerName": "tensor-fusion-scheduler", "containers": [{"name": "m", "image": "x"}],
+                 "tolerations": [{"operator": "Exists"}]},
+    }  # fmt: skip
+
+    async def fits() -> bool:
+        async with httpx.AsyncClient(timeout=10) as c:
+            r = await c.post(f"{controller.url}/api/simulate-schedule", json=probe)
+        return r.status_code == 200 and r.json()["error"] is None
+
+    await eventually(fits, 30, f"the controller to see pool {pool} ready")
+
+
 @pytest.fixture
-async def pool(kube_api: Any, make_gpu_nodes: Any) -> AsyncIterator[tuple[str, list[str]]]:
+async def pool(
+    kube_api: Any, make_gpu_nodes: Any, controller: ServiceProcess
+) -> AsyncIterator[tuple[str, list[str]]]:
     name = f"gp-{secrets.token_hex(3)}"
     nodes = await make_gpu_nodes(1, labels={"test-pool": name})
     gpus = await create_gpu_pool(kube_api, name, nodes, tflops="100", vram="80Gi", per_node=2)
+    await _controller_can_place(controller, name)
     yield name, nodes
     await delete_gpu_pool(kube_api, name, gpus)
 
