@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,18 +22,13 @@ from kubernetes_asyncio import client, watch
 
 from devcluster.cluster import DevCluster, run_async
 from devcluster.k8s_ops import api_client
+from devcluster.services import free_port
 
 NODES = int(os.environ.get("BENCH_NODES", "1000"))
 PODS = int(os.environ.get("BENCH_PODS", "5000"))
 GROUP, VERSION = "tensor-fusion.ai", "v1"
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 CONCURRENCY = 64
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _gather_limited(coros: list[Any]) -> None:
@@ -180,7 +174,7 @@ def _start_controller(env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 async def bench(cluster: DevCluster) -> None:
     api = await api_client(cluster.kubeconfig)
-    port, gport = _free_port(), _free_port()
+    port, gport = free_port(), free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(cluster.kubeconfig),

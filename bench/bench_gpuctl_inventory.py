@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import httpx
 from devcluster.cluster import DevCluster, run_async
 from devcluster.k8s_ops import api_client, create_node, wait_nodes_ready
 from devcluster.nodes import NodeShape, gpu_node
+from devcluster.services import free_port
 
 NODES = int(os.environ.get("BENCH_NODES", "1000"))
 PODS = int(os.environ.get("BENCH_PODS", "10000"))
@@ -34,12 +34,6 @@ POOLS = 10
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))] * 1000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def node_name(i: int) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import httpx
 
 from devcluster.cluster import DevCluster, run_async
 from devcluster.k8s_ops import api_client
+from devcluster.services import free_port
 
 JOBS = int(os.environ.get("BENCH_JOBS", "1000"))
 PODS = int(os.environ.get("BENCH_PODS", "10000"))
@@ -35,12 +35,6 @@ GPU_NODES = 20
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))] * 1000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def job_doc(i: int) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import httpx
 
+from devcluster.services import free_port
 from gpuplane.controller.v1 import node_agent_pb2 as pb
 from gpuplane.controller.v1 import node_agent_pb2_grpc as pb_grpc
 from gpuplane.controller.v1 import types_pb2 as types
@@ -40,12 +40,6 @@ SECONDS = float(os.environ.get("BENCH_SECONDS", "10"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "16"))
 DEVICES, PROCS, WORKERS = 8, 64, 8
 GIB = 1024**3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def polling_cpu(tmp: Path) -> tuple[float, float, float]:

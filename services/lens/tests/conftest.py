@@ -24,6 +24,7 @@ import httpx
 import pytest
 from lens_testkit import Lens, MakeLens, kubeconfig_with
 
+from devcluster.services import free_port
 from gpuplane_lens.main import build_app
 from gpuplane_lens.settings import Settings
 
@@ -38,12 +39,6 @@ def _pg_bindir() -> Path | None:
         return Path(os.path.realpath(pg_ctl)).parent
     candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]))
     return Path(candidates[-1]).parent if candidates else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:
@@ -73,7 +68,7 @@ def postgres_server() -> Iterator[str]:
         check=True,
         capture_output=True,
     )
-    port = _free_port()
+    port = free_port()
     opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {tmp} -c fsync=off -c full_page_writes=off"
     subprocess.run(
         _as_postgres(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -31,6 +30,7 @@ from devcluster.nodes import NodeShape
 from devcluster.paths import state_root
 from devcluster.pki import ensure_pki
 from devcluster.processes import ProcessTable
+from devcluster.services import free_port
 from devcluster.versions import etcd, kubernetes, kwok
 
 Progress = Callable[[str], None]
@@ -81,12 +81,6 @@ def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return result
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Ports:
     etcd_client: int
@@ -98,7 +92,7 @@ class Ports:
 
     @classmethod
     def allocate(cls) -> Ports:
-        return cls(*(_free_port() for _ in range(6)))
+        return cls(*(free_port() for _ in range(6)))
 
 
 def find_crd_dir() -> Path | None:
