@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from kubernetes_asyncio import client
 
 from devcluster.cluster import DevCluster
 from gpuplane_core.backoff import Backoff
+from gpuplane_core.k8s.raw import list_json
 from gpuplane_core.k8s.watch import WatchEvent, WatchHealth, resumable_watch
 
 pytestmark = pytest.mark.cluster
@@ -106,3 +108,40 @@ async def test_watch_resumes_after_apiserver_restart(
         assert health.error is None
     finally:
         task.cancel()
+
+
+async def test_an_error_answer_to_the_list_is_never_an_empty_list(
+    kube_api: Any, namespace: str, devcluster: DevCluster, mint_token: Any
+) -> None:
+    """A list refused by the apiserver (403 here) must break the watch, never relist as empty:
+    an informer that took it for "nothing exists" would drop every object it holds."""
+    core = client.CoreV1Api(kube_api)
+    await core.create_namespaced_config_map(namespace, body=_cm("exists"))
+    cfg = client.Configuration()
+    cfg.host = devcluster.server
+    cfg.ssl_ca_cert = str(devcluster.pki.ca_cert) if devcluster.pki else None
+    cfg.api_key = {"authorization": f"Bearer {await mint_token(namespace, 'no-rights')}"}
+    async with client.ApiClient(configuration=cfg) as weak:
+        weak_core = client.CoreV1Api(weak)
+
+        async def raw_lister(**kw: Any) -> Any:  # the unchecked raw read the guard protects
+            if kw.get("watch"):
+                return await weak_core.list_namespaced_config_map(**kw)
+            resp = await weak_core.list_namespaced_config_map(_preload_content=False, **kw)
+            return json.loads(await resp.read())
+
+        for lister in (list_json(weak_core.list_namespaced_config_map), raw_lister):
+            queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+            health = WatchHealth()
+            task = asyncio.create_task(
+                _collect(resumable_watch(lister, namespace=namespace, health=health), queue)
+            )
+            try:
+                for _ in range(100):
+                    if health.error:
+                        break
+                    await asyncio.sleep(0.05)
+                assert health.error is not None and "403" in health.error
+                assert not health.healthy and queue.empty()  # no RELISTED with zero items
+            finally:
+                task.cancel()

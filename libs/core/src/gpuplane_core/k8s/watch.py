@@ -49,6 +49,10 @@ def _rv(obj: Any) -> str | None:
 
 def _items(lst: Any) -> tuple[list[Any], str | None]:
     if isinstance(lst, dict):
+        if lst.get("kind") == "Status" or "items" not in lst:
+            # An error answer read without status checks must never pass as "nothing exists":
+            # an informer would drop every object (and a scheduler release every allocation).
+            raise ApiException(status=int(lst.get("code") or 0), reason=str(lst.get("message") or lst))
         return list(lst.get("items") or []), lst.get("metadata", {}).get("resourceVersion")
     return list(lst.items or []), lst.metadata.resource_version
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from gpuplane_core.errors import NotReady
+from gpuplane_core.k8s.raw import list_json
 from gpuplane_core.k8s.watch import WatchHealth, resumable_watch
 from gpuplane_gpuctl.domain.inventory import NodeRow, PodUse, node_row, pod_use
 
@@ -60,28 +60,8 @@ class InventoryCache:
             err = self.node_health.error or self.pod_health.error or "still listing"
             raise NotReady(f"node/pod cache not synced: {err}") from None
 
-    # No docstrings on the list functions: kubernetes_asyncio's Watch reads the model type from
-    # the docstring, and without one it hands out the events' plain dicts.
-    async def _list_nodes(self, **kw: Any) -> Any:
-        if kw.get("watch"):
-            return await self.core.list_node(**kw)
-        resp = await self.core.list_node(_preload_content=False, **kw)
-        try:
-            return json.loads(await resp.read())
-        finally:
-            resp.release()
-
-    async def _list_pods(self, **kw: Any) -> Any:
-        if kw.get("watch"):
-            return await self.core.list_pod_for_all_namespaces(**kw)
-        resp = await self.core.list_pod_for_all_namespaces(_preload_content=False, **kw)
-        try:
-            return json.loads(await resp.read())
-        finally:
-            resp.release()
-
     async def _run_nodes(self) -> None:
-        async for ev in resumable_watch(self._list_nodes, health=self.node_health):
+        async for ev in resumable_watch(list_json(self.core.list_node), health=self.node_health):
             if ev.type == "RELISTED":
                 self.nodes, self._node_rv = {}, {}
                 for n in ev.items:
@@ -96,7 +76,11 @@ class InventoryCache:
 
     async def _run_pods(self) -> None:
         # A pod that finishes stops matching the field selector and arrives as DELETED.
-        async for ev in resumable_watch(self._list_pods, field_selector=_UNFINISHED, health=self.pod_health):
+        async for ev in resumable_watch(
+            list_json(self.core.list_pod_for_all_namespaces),
+            field_selector=_UNFINISHED,
+            health=self.pod_health,
+        ):
             if ev.type == "RELISTED":
                 pods = {}
                 for p in ev.items:

@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import json
 import logging
-from typing import Any
 
 from kubernetes_asyncio import client
 
 from gpuplane_core.errors import NotReady
+from gpuplane_core.k8s.raw import list_json
 from gpuplane_core.k8s.watch import WatchHealth, resumable_watch
 from gpuplane_gpuctl.domain.manifests import L_TYPE
 from gpuplane_gpuctl.domain.views import PodRow, pod_row
@@ -52,19 +51,8 @@ class PodCache:
         except TimeoutError:
             raise NotReady(f"pod cache not synced: {self.health.error or 'still listing'}") from None
 
-    async def _list_raw(self, **kw: Any) -> Any:
-        # No docstring on purpose: kubernetes_asyncio's Watch reads the model type from the
-        # function's docstring, and without one it hands out the events' plain dicts.
-        if kw.get("watch"):
-            return await self.core.list_pod_for_all_namespaces(**kw)
-        resp = await self.core.list_pod_for_all_namespaces(_preload_content=False, **kw)
-        try:
-            return json.loads(await resp.read())
-        finally:
-            resp.release()
-
     async def _run(self) -> None:
-        list_raw = self._list_raw
+        list_raw = list_json(self.core.list_pod_for_all_namespaces)
         async for ev in resumable_watch(list_raw, label_selector=L_TYPE, health=self.health):
             if ev.type == "RELISTED":
                 rows = (pod_row(p) for p in ev.items)
