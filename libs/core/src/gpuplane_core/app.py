@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from gpuplane_core.http_errors import ErrorStyle, install_error_handlers
 from gpuplane_core.logging import configure_logging
 from gpuplane_core.metrics import install_metrics
+from gpuplane_core.openapi_errors import install_error_docs
 from gpuplane_core.settings import ServiceSettings
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
@@ -43,6 +44,7 @@ def create_app(
         app, error_style, max_request_bytes=settings.max_request_bytes, status_map=status_map
     )
     install_metrics(app, service)
+    install_error_docs(app, error_style)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -33,6 +33,7 @@ PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 _MAX_FIELD_ERRORS = 5
 _MAX_PART_CHARS = 120
+_MAX_MESSAGE_CHARS = 1024
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ def error_response(
     headers: Mapping[str, str] | None = None,
 ) -> Response:
     """Build the error response for ``style``; every error path in this module goes through here."""
+    if len(message) > _MAX_MESSAGE_CHARS:  # messages may quote user input: keep answers small
+        message = message[: _MAX_MESSAGE_CHARS - 3] + "..."
     if style == "simple":
         return JSONResponse({"error": message}, status_code=status, headers=headers)
     try:

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
-from gpuplane_core.errors import InvalidSpec
+from gpuplane_core.yaml_limits import load_bounded
 
 
 def parse_manifest(body: bytes) -> Any:
-    try:
-        return yaml.safe_load(body.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as e:
-        raise InvalidSpec(
-            f"request body is not valid YAML or JSON: {type(e).__name__}", field="body"
-        ) from None
+    # Bounded: deep nesting or an alias bomb is a 400 naming `body`, never a RecursionError (500).
+    return load_bounded(body, field="body")

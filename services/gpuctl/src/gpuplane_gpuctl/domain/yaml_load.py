@@ -79,7 +79,11 @@ def load_document(text: str, limits: YamlLimits = DEFAULT_LIMITS) -> dict[str, A
     if len(text.encode("utf-8", errors="replace")) > limits.max_bytes:
         raise InvalidSpec(f"YAML document exceeds {limits.max_bytes} bytes")
     loader_cls = type("_Loader", (_BoundedLoader,), {"limits": limits})
-    loader = loader_cls(text)
+    try:
+        # The reader refuses non-printable characters already here, in the constructor.
+        loader = loader_cls(text)
+    except yaml.YAMLError as e:
+        raise InvalidSpec(f"invalid YAML: {e}") from None
     try:
         node = loader.get_single_node()
         if node is None:

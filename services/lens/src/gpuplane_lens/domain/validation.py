@@ -7,9 +7,8 @@ import re
 from typing import Any
 from urllib.parse import urlparse
 
-import yaml
-
-from gpuplane_core.errors import GpuplaneError
+from gpuplane_core.errors import GpuplaneError, InvalidSpec
+from gpuplane_core.yaml_limits import load_bounded
 from gpuplane_lens.domain.errors import rule_error
 from gpuplane_lens.domain.records import Proxy
 
@@ -34,13 +33,16 @@ def _invalid_kubeconfig(message: str) -> GpuplaneError:
 def parse_kubeconfig(data: bytes) -> dict[str, Any]:
     """The parsed kubeconfig, or `invalid_kubeconfig` naming what is wrong (never echoing content)."""
     try:
-        text = data.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError:
         raise _invalid_kubeconfig("kubeconfig is not UTF-8") from None
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise _invalid_kubeconfig("kubeconfig is not valid YAML") from None
+        # Bounded: a deeply nested or alias-bomb upload is refused, never a RecursionError (500).
+        doc = load_bounded(data, field="file")
+    except InvalidSpec as e:
+        # Say which limit was hit, but never quote the parser's view of the content.
+        reason = "" if e.message.startswith("invalid YAML") else f": {e.message}"
+        raise _invalid_kubeconfig(f"kubeconfig is not valid YAML{reason}") from None
     if not isinstance(doc, dict):
         raise _invalid_kubeconfig("kubeconfig must be a YAML mapping")
     if doc.get("kind", "Config") != "Config":
