@@ -22,6 +22,7 @@ NODES = int(os.environ.get("BENCH_NODES", "1000"))
 GPUS_PER_NODE = 8
 PODS = int(os.environ.get("BENCH_PODS", "10000"))
 SIMULATIONS = int(os.environ.get("BENCH_SIMULATIONS", "300"))
+FILL_PODS = int(os.environ.get("BENCH_FILL_PODS", "40000"))  # about half of the pool's room
 GI = 2**30
 TF_PUBLISHED = 2346.0
 
@@ -82,6 +83,23 @@ def decisions(strategy: str) -> tuple[float, int]:
     return PODS / (time.process_time() - t0), placed
 
 
+def filling(strategy: str, pods: int, slice_size: int = 10_000) -> list[float]:
+    """Decisions/s per slice of pods while the pool fills up: an index keeps this flat, a scan
+    of the full GPUs (the ones compact strategies rank first) makes it fall."""
+    a = build(strategy)
+    rates = []
+    t0 = time.process_time()
+    for i, r in enumerate(requests(pods, 4), 1):
+        d = a.schedule(r, node_ok)
+        if d.ok:
+            a.reserve(r, d.node, d.gpus)
+        if i % slice_size == 0:
+            t1 = time.process_time()
+            rates.append(slice_size / (t1 - t0))
+            t0 = t1
+    return rates
+
+
 def simulate_latency() -> tuple[float, float]:
     a = build("NodeCompactGPULowLoad")
     for r in requests(PODS // 2, 2):  # a half-busy cluster
@@ -104,6 +122,13 @@ def main() -> None:
         rate, placed = decisions(s)
         rates[s] = rate
         print(f"  {s:24s} {rate:8.0f} decisions/s  ({placed}/{PODS} placed)")
+    for s in ("CompactFirst", "NodeCompactGPULowLoad"):
+        rates_fill = filling(s, FILL_PODS)
+        print(
+            f"  {s:24s} while {FILL_PODS} pods fill the pool, per 10,000: "
+            + ", ".join(f"{r:.0f}" for r in rates_fill)
+            + " decisions/s"
+        )
     p50, p99 = simulate_latency()
     print(f"  simulate-schedule (diagnostics over all GPUs): p50 {p50:.2f} ms, p99 {p99:.2f} ms")
     worst = min(rates.values())

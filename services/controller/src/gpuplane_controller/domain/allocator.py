@@ -1,15 +1,21 @@
 """The allocator: GPU inventory, reservations and the scheduling decision.
 
-Indexed by pool and node with per-node aggregates, so a decision looks at the
-nodes of one pool (cheap aggregate checks) and runs the filter chain only on
-the GPUs of the few nodes that can win, in best-first order (branch and bound).
-With diagnostics on, the same chain runs over every GPU of the pool and records
-each stage, so the fast path and simulate-schedule cannot disagree.
+Indexed by pool, so a decision never runs the filter chain over every GPU:
+- one-GPU requests (the common case) ask the pool's FitIndex (fitindex.py), a
+  grid of available-TFLOPs x available-VRAM cells whose heaps hold the GPUs in
+  ranking order, so the fullest GPUs a request no longer fits are never visited;
+- multi-GPU requests (and one-GPU requests whose filters reject too many index
+  candidates) visit nodes best bound first with per-node aggregates and a cached
+  ranked view of each node's GPUs (branch and bound).
+Changed nodes are queued and applied to an index at its next query.
+With diagnostics on, the chain runs over every GPU of the pool and records each
+stage; the choice itself is the fast path's, so the two cannot disagree.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -22,6 +28,7 @@ from gpuplane_controller.domain.filters import (
     tflops_needed,
     vram_needed,
 )
+from gpuplane_controller.domain.fitindex import Fallback, FitIndex
 from gpuplane_controller.domain.model import Allocation, AllocRequest, Gpu, PoolConfig, Quota
 from gpuplane_controller.domain.quota import NamespaceUsage, check_quota
 from gpuplane_controller.domain.scoring import final_score, gpu_score, node_score
@@ -60,12 +67,15 @@ class Decision:
         return bool(self.gpus)
 
 
+_versions = itertools.count(1)
+
+
 class _NodeAgg:
     """The GPUs one node contributes to one pool, with sums kept incrementally."""
 
     __slots__ = (
-        "_cache",
-        "_max_av",
+        "_view",
+        "_view_cfg",
         "cap_tflops",
         "cap_vram",
         "gpus",
@@ -80,56 +90,72 @@ class _NodeAgg:
         self.gpus: list[Gpu] = []
         self.cap_vram = self.cap_tflops = self.used_vram = self.used_tflops = 0
         self.version = 0
-        self._cache: dict[tuple[PoolConfig, int], tuple[float, float]] = {}
-        self._max_av: tuple[int, int] | None = None
+        self._view: tuple[float, list[tuple[float, Gpu]]] | None = None
+        self._view_cfg: PoolConfig | None = None
 
     def recompute(self) -> None:
         self.cap_vram = sum(g.capacity_vram for g in self.gpus)
         self.cap_tflops = sum(g.virtual_tflops_m for g in self.gpus)
         self.used_vram = sum(g.used_vram for g in self.gpus)
         self.used_tflops = sum(g.used_tflops_m for g in self.gpus)
-        self._cache.clear()
-        self._max_av = None
-        self.version += 1
+        self.changed()
 
-    def max_available(self) -> tuple[int, int]:
-        if self._max_av is None:
-            running = [g for g in self.gpus if g.phase == "Running"]
-            self._max_av = (
-                max((g.available_tflops_m for g in running), default=-1),
-                max((g.available_vram for g in running), default=-1),
-            )
-        return self._max_av
+    def changed(self) -> None:
+        # Versions are global so a node removed and added again never matches an old heap entry.
+        self.version = next(_versions)
+        self._view = None
+
+    def view(self, cfg: PoolConfig) -> tuple[float, list[tuple[float, Gpu]]]:
+        """(node score, [(GPU score, GPU)] best first: by -score, index, name), cached per version."""
+        v = self._view
+        if v is None or (self._view_cfg is not cfg and self._view_cfg != cfg):
+            ns = node_score(self.used_vram, self.cap_vram, self.used_tflops, self.cap_tflops, cfg)
+            scored = [(gpu_score(g, cfg), g) for g in self.gpus]
+            scored.sort(key=lambda e: (-e[0], e[1].index, e[1].name))
+            v = self._view = (ns, scored)
+            self._view_cfg = cfg
+        return v
 
     def bound(self, cfg: PoolConfig, k: int) -> tuple[float, float]:
         """Upper bound of (node score, sum of the k best GPU scores) for any request."""
-        key = (cfg, k)
-        b = self._cache.get(key)
-        if b is None:
-            scores = sorted((gpu_score(g, cfg) for g in self.gpus), reverse=True)[:k]
-            ns = node_score(self.used_vram, self.cap_vram, self.used_tflops, self.cap_tflops, cfg)
-            b = self._cache[key] = (ns, sum(scores))
-        return b
+        ns, scored = self.view(cfg)
+        return ns, sum(s for s, _ in scored[:k])
 
 
 class _BoundHeap:
-    """Nodes ordered best bound first, updated incrementally as nodes change."""
+    """Nodes ordered best bound first; changed nodes are queued and re-pushed at the next query."""
 
     def __init__(self, cfg: PoolConfig, k: int, nodes: Iterable[_NodeAgg]) -> None:
         self.cfg, self.k = cfg, k
         self.items: list[tuple[float, float, str, int]] = []
+        self.pending: set[str] = set()
         self.rebuild(nodes)
 
     def rebuild(self, nodes: Iterable[_NodeAgg]) -> None:
         self.items = [self._entry(agg) for agg in nodes]
         heapq.heapify(self.items)
+        self.pending.clear()
 
     def _entry(self, agg: _NodeAgg) -> tuple[float, float, str, int]:
         ns, gs = agg.bound(self.cfg, self.k)
         return (-ns, -gs, agg.name, agg.version)
 
-    def push(self, agg: _NodeAgg) -> None:
-        heapq.heappush(self.items, self._entry(agg))
+    def sync(self, nodes: dict[str, _NodeAgg]) -> None:
+        if not self.pending:
+            return
+        if len(self.items) + len(self.pending) > 2 * len(nodes) + 64:
+            self.rebuild(nodes.values())  # drop the stale entries
+            return
+        for name in self.pending:
+            agg = nodes.get(name)
+            if agg is not None:
+                heapq.heappush(self.items, self._entry(agg))
+        self.pending.clear()
+
+
+# Candidates the one-GPU index may reject before the node-by-node search takes over (a pod whose
+# node constraints or GPU filters exclude most of the pool is better served node by node).
+FIT_BUDGET = 64
 
 
 class Allocator:
@@ -143,8 +169,12 @@ class Allocator:
         self._gpu_workers: dict[str, dict[str, int]] = {}
         self._node_workers: dict[str, dict[str, str]] = {}  # node -> {uid: "ns/name"}
         self._pool_nodes: dict[str, dict[str, _NodeAgg]] = {}
+        # pool -> (GPUs, names) node by node, cached until membership changes.
+        self._pool_lists: dict[str, tuple[list[Gpu], list[str]]] = {}
         # Per pool and gpu-count: a lazy max-heap of node bounds (stale entries skipped by version).
         self._heaps: dict[str, dict[int, _BoundHeap]] = {}
+        # Per pool: the one-GPU index (built at the first one-GPU request of the pool).
+        self._fit: dict[str, FitIndex] = {}
         self._ns_usage: dict[str, NamespaceUsage] = {}
         self.dirty_gpus: set[str] = set()
         self.listeners: list[Listener] = []
@@ -155,6 +185,7 @@ class Allocator:
         self.pools[cfg.name] = cfg
         if old != cfg:
             self._heaps.pop(cfg.name, None)
+            self._fit.pop(cfg.name, None)
         if old is None or old.oversell_percent != cfg.oversell_percent:
             for g in self.gpus.values():
                 if g.pool == cfg.name:
@@ -186,6 +217,7 @@ class Allocator:
         agg.gpus.append(gpu)
         agg.gpus.sort(key=lambda g: (g.index, g.name))
         agg.recompute()
+        self._pool_lists.pop(gpu.pool, None)
         self._touched(gpu.pool, agg)
         self.dirty_gpus.add(gpu.name)
 
@@ -195,6 +227,10 @@ class Allocator:
             self._unindex(old)
 
     def _unindex(self, gpu: Gpu) -> None:
+        self._pool_lists.pop(gpu.pool, None)
+        fit = self._fit.get(gpu.pool)
+        if fit is not None:
+            fit.drop(gpu.name)
         nodes = self._pool_nodes.get(gpu.pool, {})
         agg = nodes.get(gpu.node)
         if agg is None:
@@ -209,22 +245,40 @@ class Allocator:
                 self._pool_nodes.pop(gpu.pool, None)
 
     def _touched(self, pool: str, agg: _NodeAgg) -> None:
+        """Queue a changed node for the pool's indexes (applied at their next query)."""
         heaps = self._heaps.get(pool)
-        if not heaps:
-            return
-        nodes = self._pool_nodes.get(pool, {})
-        for h in heaps.values():
-            if len(h.items) > 2 * len(nodes) + 64:
-                h.rebuild(nodes.values())  # drop the stale entries
-            else:
-                h.push(agg)
+        if heaps:
+            for h in heaps.values():
+                h.pending.add(agg.name)
+        fit = self._fit.get(pool)
+        if fit is not None:
+            fit.pending.add(agg.name)
 
     def _heap(self, pool: str, cfg: PoolConfig, k: int) -> _BoundHeap:
         heaps = self._heaps.setdefault(pool, {})
+        nodes = self._pool_nodes.get(pool, {})
         h = heaps.get(k)
         if h is None or h.cfg != cfg:
-            h = heaps[k] = _BoundHeap(cfg, k, self._pool_nodes.get(pool, {}).values())
+            h = heaps[k] = _BoundHeap(cfg, k, nodes.values())
+        else:
+            h.sync(nodes)
         return h
+
+    def _fit_index(self, pool: str, cfg: PoolConfig) -> FitIndex:
+        nodes = self._pool_nodes.get(pool, {})
+        fit = self._fit.get(pool)
+        if fit is None or fit.cfg != cfg:
+            fit = self._fit[pool] = FitIndex(cfg)
+            names: Iterable[str] = nodes
+        else:
+            names, fit.pending = fit.pending, set()
+        for name in names:
+            agg = nodes.get(name)
+            if agg is not None:
+                ns, scored = agg.view(cfg)
+                for score, g in scored:
+                    fit.put(g, ns, score)
+        return fit
 
     def set_quota(self, quota: Quota) -> None:
         self.quotas[quota.namespace] = quota
@@ -233,7 +287,16 @@ class Allocator:
         self.quotas.pop(namespace, None)
 
     def pool_gpus(self, pool: str) -> list[Gpu]:
-        return [g for agg in self._pool_nodes.get(pool, {}).values() for g in agg.gpus]
+        """The pool's GPUs, node by node (a fresh list: callers may keep or change it)."""
+        return list(self._pool_list(pool)[0])
+
+    def _pool_list(self, pool: str) -> tuple[list[Gpu], list[str]]:
+        """The pool's GPUs node by node and their names; cached, never to be changed by callers."""
+        cached = self._pool_lists.get(pool)
+        if cached is None:
+            gpus = [g for agg in self._pool_nodes.get(pool, {}).values() for g in agg.gpus]
+            cached = self._pool_lists[pool] = (gpus, [g.name for g in gpus])
+        return cached
 
     def node_gpus(self, node: str) -> list[Gpu]:
         return [g for nodes in self._pool_nodes.values() if node in nodes for g in nodes[node].gpus]
@@ -272,7 +335,7 @@ class Allocator:
         if diagnose:
             self._schedule_diagnosed(req, cfg, nodes, node_ok, full, decision)
         else:
-            self._schedule_fast(req, cfg, nodes, node_ok, full, decision)
+            self._schedule_fast(req, cfg, nodes, Chain(req, node_ok, full), decision)
         if not decision.ok and not decision.error:
             decision.error = f"no gpus available or valid in pool {req.pool} after filtering"
         return decision
@@ -282,29 +345,37 @@ class Allocator:
         workers = self._node_workers
         return lambda node: len(workers.get(node, ())) >= cap
 
-    def _pick(
-        self, req: AllocRequest, cfg: PoolConfig, agg: _NodeAgg, survivors: list[Gpu]
-    ) -> tuple[tuple[float, float], list[Gpu], list[float]]:
-        scored = sorted(survivors, key=lambda g: (-gpu_score(g, cfg), g.index, g.name))[: req.gpu_count]
-        scores = [gpu_score(g, cfg) for g in scored]
-        ns = node_score(agg.used_vram, agg.cap_vram, agg.used_tflops, agg.cap_tflops, cfg)
-        return (ns, sum(scores)), scored, scores
-
     def _schedule_fast(
+        self, req: AllocRequest, cfg: PoolConfig, nodes: dict[str, _NodeAgg], chain: Chain, decision: Decision
+    ) -> None:
+        # Lower bounds of what a GPU that passes GPUResourceFilter has available.
+        need_v = 0 if req.dedicated_gpu else req.request.vram
+        need_t = 0 if (req.dedicated_gpu or req.request.percent_m) else req.request.tflops_m
+        if req.gpu_count == 1:
+            try:
+                e = self._fit_index(req.pool, cfg).best(need_t, need_v, chain.accepts, FIT_BUDGET)
+            except Fallback:
+                pass
+            else:
+                if e is not None:
+                    self._fill(decision, e[2], [e[6]], [-e[1]], (-e[0], -e[1]))
+                return
+        self._schedule_nodes(req, cfg, nodes, chain, need_t, need_v, decision)
+
+    def _schedule_nodes(
         self,
         req: AllocRequest,
         cfg: PoolConfig,
         nodes: dict[str, _NodeAgg],
-        node_ok: NodeOk,
-        full: Callable[[str], bool],
+        chain: Chain,
+        need_t: int,
+        need_v: int,
         decision: Decision,
     ) -> None:
         """Visit nodes best bound first; stop once no remaining node can beat the best found."""
         k = req.gpu_count
-        need_v = 0 if req.dedicated_gpu else req.request.vram
-        need_t = 0 if (req.dedicated_gpu or req.request.percent_m) else req.request.tflops_m
         heap = self._heap(req.pool, cfg, k).items
-        chain = Chain(req, node_ok, full)
+        accepts, node_pass = chain.accepts, chain.node_pass
         popped: list[tuple[float, float, str, int]] = []
         best: tuple[tuple[float, float], str, list[Gpu], list[float]] | None = None
         try:
@@ -318,30 +389,25 @@ class Allocator:
                 bound = (-nns, -ngs)
                 if best is not None and (best[0] > bound or (best[0] == bound and best[1] < name)):
                     break
-                av_t, av_v = agg.max_available()
-                if av_t < need_t or av_v < need_v or len(agg.gpus) < k or not node_ok(name):
+                if len(agg.gpus) < k or not node_pass(name):
                     continue
-                if best is not None and k == 1:
-                    # Tighter bound from the GPUs that have room: skips the chain for nodes that cannot win.
-                    tight = max(
-                        (
-                            gpu_score(g, cfg)
-                            for g in agg.gpus
-                            if g.virtual_tflops_m - g.used_tflops_m >= need_t
-                            and g.capacity_vram - g.used_vram >= need_v
-                        ),
-                        default=None,
-                    )
+                ns, scored = agg.view(cfg)
+                # The k best GPUs that pass every filter, in the order the pick uses.
+                picked: list[Gpu] = []
+                scores: list[float] = []
+                for s, g in scored:
                     if (
-                        tight is None
-                        or (-nns, tight) < best[0]
-                        or ((-nns, tight) == best[0] and name > best[1])
+                        g.virtual_tflops_m - g.used_tflops_m >= need_t
+                        and g.capacity_vram - g.used_vram >= need_v
+                        and accepts(g)
                     ):
-                        continue
-                survivors = chain.run(agg.gpus).survivors
-                if len(survivors) < k:
+                        picked.append(g)
+                        scores.append(s)
+                        if len(picked) == k:
+                            break
+                if len(picked) < k:
                     continue
-                value, picked, scores = self._pick(req, cfg, agg, survivors)
+                value = (ns, sum(scores))
                 if best is None or value > best[0] or (value == best[0] and name < best[1]):
                     best = (value, name, picked, scores)
         finally:
@@ -359,36 +425,24 @@ class Allocator:
         full: Callable[[str], bool],
         decision: Decision,
     ) -> None:
-        gpus = [g for agg in nodes.values() for g in agg.gpus]
-        chain = Chain(req, node_ok, full).run(gpus, diagnose=True)
-        decision.stages = chain.stages
-        by_node: dict[str, list[Gpu]] = {}
-        for g in chain.survivors:
-            by_node.setdefault(g.node, []).append(g)
-        best: tuple[tuple[float, float], str, list[Gpu], list[float]] | None = None
-        k = req.gpu_count
-        ranked = sorted(by_node, key=lambda n: (tuple(-x for x in nodes[n].bound(cfg, k)), n))
-        for name in ranked:
-            bound = nodes[name].bound(cfg, k)
-            if best is not None and (best[0] > bound or (best[0] == bound and best[1] < name)):
-                break
-            value, picked, scores = self._pick(req, cfg, nodes[name], by_node[name])
-            if best is None or value > best[0] or (value == best[0] and name < best[1]):
-                best = (value, name, picked, scores)
-        if best is not None:
-            self._fill(decision, best[1], best[2], best[3], best[0])
+        chain = Chain(req, node_ok, full)
+        gpus, names = self._pool_list(req.pool)
+        result = chain.run(gpus, diagnose=True, names=names)
+        decision.stages = result.stages
+        if result.survivors:
+            # The survivors are what the fast path filters to, so its (exact) choice is the answer.
+            self._schedule_fast(req, cfg, nodes, chain, decision)
             return
         order = {s: i for i, s in enumerate(STAGES)}
-        for stage in chain.stages:
+        for stage in result.stages:
             if not stage.after:
                 decision.failed_filter = stage.name
                 break
+        removed_by = result.removed_by
         for name, agg in sorted(nodes.items()):
-            last = max(
-                (chain.removed_by.get(g.name, "SameNodeFilter") for g in agg.gpus), key=order.__getitem__
-            )
+            last = max((removed_by.get(g.name, "SameNodeFilter") for g in agg.gpus), key=order.__getitem__)
             decision.diagnosis[name] = NodeDiagnosis(last, [REASONS[last]])
-        failed = next(s for s in chain.stages if s.name == decision.failed_filter)
+        failed = next(s for s in result.stages if s.name == decision.failed_filter)
         decision.error = (
             f"no gpus available or valid in pool {req.pool} after filtering: {failed.name} removed "
             f"{failed.diff} of {len(failed.before)} gpus ({REASONS[failed.name]})"
@@ -452,10 +506,13 @@ class Allocator:
         g = self.gpus.get(name)
         if g is None:
             return
-        g.used_tflops_m += sign * tflops_m
-        g.used_vram += sign * vram_needed(req, g)
+        dt, dv = sign * tflops_m, sign * vram_needed(req, g)
+        g.used_tflops_m += dt
+        g.used_vram += dv
         agg = self._pool_nodes[g.pool][g.node]
-        agg.recompute()
+        agg.used_tflops += dt  # the sums are exact integers: adjusting equals re-summing
+        agg.used_vram += dv
+        agg.changed()
         self._touched(g.pool, agg)
         self.dirty_gpus.add(name)
 

@@ -47,7 +47,7 @@ class AllocRequest:
     is_local_gpu: bool = False
 
 
-@dataclass
+@dataclass(slots=True)  # slots: the filters read these fields for every GPU of a pool
 class Gpu:
     """One GPU as reported by its node's hypervisor (the GPU object's status)."""
 
