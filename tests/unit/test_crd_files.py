@@ -35,6 +35,7 @@ INTENDED: dict[str, tuple[str, str, str, list[str]]] = {
     "GPUPool": ("gpupools.yaml", "gpupools", "Cluster", ["gp"]),
     "GPUNode": ("gpunodes.yaml", "gpunodes", "Cluster", ["gn"]),
     "GPU": ("gpus.yaml", "gpus", "Cluster", []),
+    "GPUNodeClaim": ("gpunodeclaims.yaml", "gpunodeclaims", "Cluster", ["gnc"]),
     "TensorFusionWorkload": ("tensorfusionworkloads.yaml", "tensorfusionworkloads", "Namespaced", ["tfw"]),
     "WorkloadProfile": ("workloadprofiles.yaml", "workloadprofiles", "Namespaced", ["tfwp"]),
     "TensorFusionConnection": (

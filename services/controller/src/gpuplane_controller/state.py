@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpuplane_controller.domain.allocator import Allocator, Decision
-from gpuplane_controller.domain.model import STRATEGIES, Gpu, PoolConfig, Quota
+from gpuplane_controller.domain.model import DEFAULT_MAX_WORKERS_PER_NODE, STRATEGIES, Gpu, PoolConfig, Quota
 from gpuplane_controller.domain.nodematch import NodeInfo, pod_fits_node, selector_terms_match
 from gpuplane_controller.domain.podrequest import SCHEDULER_NAME, parse_request
 from gpuplane_core.errors import GpuplaneError, InvalidSpec
@@ -84,6 +84,9 @@ class ClusterState:
     nodes_version: int = 0
     gpu_objects_by_node: dict[str, set[str]] = field(default_factory=dict)
     _fit_cache: dict[str, tuple[int, dict[str, bool]]] = field(default_factory=dict)
+    # Cluster-wide scoring defaults from the dynamic config; a template's own weights win.
+    default_weights: tuple[float, float] = (0.7, 0.3)
+    default_max_workers_per_node: int = DEFAULT_MAX_WORKERS_PER_NODE
 
     # ---- nodes --------------------------------------------------------------------------------
     def upsert_node(self, obj: dict[str, Any]) -> bool:
@@ -158,7 +161,7 @@ class ClusterState:
         pool = self.pools[name]
         placement = (self.templates.get(pool.template) or {}).get("placement") or {}
         mode = placement.get("mode") if placement.get("mode") in STRATEGIES else "NodeCompactGPULowLoad"
-        vw, tw = 0.7, 0.3
+        vw, tw = self.default_weights
         # Weights ride in a gpuFilters entry, the template's free-form extension point.
         for f in placement.get("gpuFilters") or []:
             if f.get("type") == "scoreWeights":
@@ -166,8 +169,22 @@ class ClusterState:
                 vw = float(params.get("vramWeight", vw))
                 tw = float(params.get("tflopsWeight", tw))
         self.allocator.set_pool(
-            PoolConfig(name, oversell_percent=pool.oversell, strategy=mode, vram_weight=vw, tflops_weight=tw)
+            PoolConfig(
+                name,
+                oversell_percent=pool.oversell,
+                strategy=mode,
+                vram_weight=vw,
+                tflops_weight=tw,
+                max_workers_per_node=self.default_max_workers_per_node,
+            )
         )
+
+    def set_scheduler_defaults(self, vram_weight: float, tflops_weight: float, max_workers: int) -> None:
+        """Dynamic config changed: every pool picks up the new defaults (templates still win)."""
+        self.default_weights = (vram_weight, tflops_weight)
+        self.default_max_workers_per_node = max_workers
+        for name in self.pools:
+            self._refresh_pool_config(name)
 
     def upsert_quota(self, obj: dict[str, Any]) -> None:
         spec = obj.get("spec") or {}

@@ -24,7 +24,25 @@ async def get_allocation(request: Request) -> dict[str, Any]:
     return allocation_state(_state(request))
 
 
-@router.post("/api/simulate-schedule", response_model=None)
+# The body is read raw (YAML or JSON), so FastAPI cannot infer it: document it for clients.
+_POD_MANIFEST_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "A Pod manifest (`kubectl get pod -o yaml`), as YAML or JSON.",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"kind": {"type": "string"}, "spec": {"type": "object"}},
+                }
+            },
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+@router.post("/api/simulate-schedule", response_model=None, openapi_extra=_POD_MANIFEST_BODY)
 async def simulate_schedule(request: Request) -> dict[str, Any] | JSONResponse:
     pod = parse_manifest(await request.body())
     try:

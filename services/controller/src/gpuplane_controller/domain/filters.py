@@ -30,7 +30,10 @@ REASONS = {
     "GPUResourceFilter": "insufficient tflops or vram",
     "GPUModelFilter": "gpu model does not match tensor-fusion.ai/gpu-model",
     "GPUVendorFilter": "gpu vendor does not match tensor-fusion.ai/vendor",
-    "NodeAffinityFilter": "node does not match the pod's node selector, affinity, tolerations or readiness",
+    "NodeAffinityFilter": (
+        "node does not match the pod's node selector, affinity, tolerations or readiness,"
+        " or already runs its pool's maximum workers per node"
+    ),
     "SameNodeFilter": "not enough gpus on one node for tensor-fusion.ai/gpu-count",
 }
 
@@ -97,8 +100,36 @@ class Chain:
             r = self._node_memo[node] = self.node_ok(node) and not self.node_full(node)
         return r
 
+    node_pass = _node_pass
+
+    def accepts(self, g: Gpu) -> bool:
+        """Whether one GPU passes every per-GPU stage (all but SameNodeFilter); mirrors `_stage`."""
+        if g.phase != "Running":
+            return False
+        if self.indices and g.index not in self.indices:
+            return False
+        if g.isolation_mode and self.req.isolation not in SUPPORTS.get(g.isolation_mode, ()):
+            return False
+        if self.whole and (g.used_tflops_m != 0 or g.used_vram != 0):
+            return False
+        req = self.req
+        if self.plain:
+            if (
+                g.virtual_tflops_m - g.used_tflops_m < req.request.tflops_m
+                or g.capacity_vram - g.used_vram < req.request.vram
+            ):
+                return False
+        elif g.available_tflops_m < tflops_needed(req, g) or g.available_vram < vram_needed(req, g):
+            return False
+        if self.model and g.model.lower() != self.model:
+            return False
+        if self.vendor and g.vendor.lower() != self.vendor:
+            return False
+        return self._node_pass(g.node)
+
     def _stage(self, name: str, cur: list[Gpu]) -> list[Gpu]:
-        """One stage; returns `cur` itself when the stage cannot remove anything."""
+        """One stage; returns `cur` itself when the stage cannot remove anything.
+        A per-GPU condition added here must be added to `accepts` too (the fast path uses it)."""
         req = self.req
         if name == "PhaseFilter":
             return [g for g in cur if g.phase == "Running"]
@@ -129,8 +160,10 @@ class Chain:
         if name == "GPUVendorFilter":
             return [g for g in cur if g.vendor.lower() == self.vendor] if self.vendor else cur
         if name == "NodeAffinityFilter":
+            # Once per node rather than per GPU: usually every node passes and nothing is copied.
             ok = self._node_pass
-            return [g for g in cur if ok(g.node)]
+            bad = {n for n in {g.node for g in cur} if not ok(n)}
+            return [g for g in cur if g.node not in bad] if bad else cur
         # SameNodeFilter: all GPUs of a multi-GPU request come from one node.
         if req.gpu_count <= 1 or not cur:
             return cur
@@ -139,10 +172,16 @@ class Chain:
             per_node[g.node] = per_node.get(g.node, 0) + 1
         return [g for g in cur if per_node[g.node] >= req.gpu_count]
 
-    def run(self, gpus: Sequence[Gpu], *, diagnose: bool = False) -> ChainResult:
+    def run(
+        self, gpus: Sequence[Gpu], *, diagnose: bool = False, names: list[str] | None = None
+    ) -> ChainResult:
+        """`names`, when given, must be the names of `gpus` in order (a cached list, never changed)."""
         result = ChainResult(survivors=[])
         current = list(gpus)
-        names = [g.name for g in current] if diagnose else []
+        if not diagnose:
+            names = []
+        elif names is None:
+            names = [g.name for g in current]
         for stage in STAGES:
             after = self._stage(stage, current)
             if diagnose:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +20,7 @@ from gpuplane.controller.v1 import (
 )
 from gpuplane_controller.domain.model import Allocation, Amount
 from gpuplane_controller.domain.podrequest import SCHEDULER_NAME
+from gpuplane_controller.k8s.heartbeats import Heartbeats
 from gpuplane_controller.k8s.inventory import ISOLATION_NAMES, DeviceReport, Inventory, gpu_object_name
 from gpuplane_controller.manifest import parse_manifest
 from gpuplane_controller.state import ClusterState, fmt_tflops, fmt_vram
@@ -26,6 +29,10 @@ from gpuplane_core.errors import InvalidSpec, NotFound
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 10
+# Stream revisions are `epoch << 40 | allocator revision`: the epoch is random per process, so a
+# revision from another replica or an earlier run of this one never resumes here by mistake.
+EPOCH_SHIFT = 40
+LOCAL_MASK = (1 << EPOCH_SHIFT) - 1
 QOS = {"low": 1, "medium": 2, "high": 3, "critical": 4}
 ISOLATION = {v: k for k, v in ISOLATION_NAMES.items()}
 Event = node_agent_pb2.AllocationEvent
@@ -58,10 +65,41 @@ def _devices(devs: Any) -> list[DeviceReport]:
 
 
 class NodeAgent(node_agent_pb2_grpc.NodeAgentServiceServicer):
-    def __init__(self, state: ClusterState, inventory: Inventory) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        inventory: Inventory,
+        heartbeats: Heartbeats | None = None,
+        heartbeat_interval: int = HEARTBEAT_SECONDS,
+        history: int = 10000,
+    ) -> None:
         self.state = state
         self.inventory = inventory
+        self.heartbeats = heartbeats
+        self.heartbeat_interval = heartbeat_interval
         self.registered: dict[str, tuple[str, dict[str, bool]]] = {}  # node -> (version, {uuid: healthy})
+        # Recent allocation changes (local revision, kind, allocation), for resumed streams.
+        self.epoch = secrets.randbits(22) + 1
+        self._history: deque[tuple[int, str, Allocation]] = deque()
+        self._history_max = history
+        self._history_floor = 0  # newest revision no longer in the history
+        state.allocator.listeners.append(self._record)
+
+    def _record(self, kind: str, a: Allocation, revision: int) -> None:
+        if self._history_max <= 0:
+            self._history_floor = revision
+            return
+        if len(self._history) >= self._history_max:
+            self._history_floor = self._history.popleft()[0]
+        self._history.append((revision, kind, a))
+
+    def wire_revision(self, local: int) -> int:
+        return (self.epoch << EPOCH_SHIFT) | local
+
+    def _resumable(self, resume: int, current: int) -> bool:
+        if resume <= 0 or resume >> EPOCH_SHIFT != self.epoch:
+            return False
+        return self._history_floor <= (resume & LOCAL_MASK) <= current
 
     def _available(self) -> dict[str, tuple[str, str]]:
         return {
@@ -82,7 +120,9 @@ class NodeAgent(node_agent_pb2_grpc.NodeAgentServiceServicer):
             request.hypervisor_version,
             {d.uuid: d.healthy for d in devices},
         )
-        return node_agent_pb2.RegisterNodeResponse(heartbeat_interval_seconds=HEARTBEAT_SECONDS)
+        if self.heartbeats is not None:
+            await self.heartbeats.beat(request.node_name, request.hypervisor_version, registered=True)
+        return node_agent_pb2.RegisterNodeResponse(heartbeat_interval_seconds=self.heartbeat_interval)
 
     async def Heartbeat(
         self, request: node_agent_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -98,6 +138,8 @@ class NodeAgent(node_agent_pb2_grpc.NodeAgentServiceServicer):
             # New devices appeared: a full report, as RegisterNode does.
             await self.inventory.report_devices(request.node_name, devices, version, self._available())
             self.registered[request.node_name] = (version, {d.uuid: d.healthy for d in devices})
+            if self.heartbeats is not None:
+                await self.heartbeats.beat(request.node_name, version, registered=True)
             return node_agent_pb2.HeartbeatResponse()
         for d in devices:
             if health.get(d.uuid) != d.healthy:
@@ -105,7 +147,11 @@ class NodeAgent(node_agent_pb2_grpc.NodeAgentServiceServicer):
                 msg = "device healthy" if d.healthy else (d.unhealthy_reason or "device unhealthy")
                 await self.inventory.set_phase(gpu_object_name(d.uuid), phase, msg)
                 health[d.uuid] = d.healthy
-        await self.inventory.heartbeat(request.node_name, version)
+        if self.heartbeats is not None:
+            healthy = {gpu_object_name(u): h for u, h in health.items()}
+            await self.heartbeats.beat(request.node_name, version, healthy=healthy)
+        else:
+            await self.inventory.heartbeat(request.node_name, version)
         return node_agent_pb2.HeartbeatResponse()
 
     def _message(self, alloc: Allocation) -> node_agent_pb2.Allocation:
@@ -139,27 +185,39 @@ class NodeAgent(node_agent_pb2_grpc.NodeAgentServiceServicer):
             if a.node == node:
                 queue.put_nowait((kind, a, revision))
 
-        # Snapshot and subscription happen in one synchronous step, so no change is missed.
+        # Snapshot (or history slice) and subscription happen in one synchronous step, so no
+        # change is missed and none is sent twice.
         alloc.listeners.append(listener)
-        snapshot = [a for a in alloc.allocations.values() if a.node == node]
-        revision = alloc.revision
+        current = alloc.revision
+        wire = self.wire_revision
+        deltas: list[tuple[int, str, Allocation]] | None = None
+        if self._resumable(request.resume_revision, current):
+            since = request.resume_revision & LOCAL_MASK
+            deltas = [(r, k, a) for r, k, a in self._history if r > since and a.node == node]
+        snapshot = [a for a in alloc.allocations.values() if a.node == node] if deltas is None else []
         try:
-            # Revisions are not kept across changes, so every stream starts with a full listing.
-            yield Event(type=Event.TYPE_RESET, revision=revision)
-            for a in snapshot:
-                yield Event(type=Event.TYPE_ADDED, revision=revision, allocation=self._message(a))
-            yield Event(type=Event.TYPE_SYNCED, revision=revision)
+            if deltas is None:
+                # Unknown, foreign or too old a revision (or none): a full listing.
+                yield Event(type=Event.TYPE_RESET, revision=wire(current))
+                for a in snapshot:
+                    yield Event(type=Event.TYPE_ADDED, revision=wire(current), allocation=self._message(a))
+            else:
+                for rev, kind, a in deltas:
+                    yield self._event(kind, a, wire(rev))
+            yield Event(type=Event.TYPE_SYNCED, revision=wire(current))
             while True:
                 kind, a, rev = await queue.get()
-                if kind == "DELETED":
-                    msg = node_agent_pb2.Allocation(
-                        pod_uid=a.req.pod.uid, namespace=a.req.pod.namespace, pod_name=a.req.pod.name
-                    )
-                    yield Event(type=Event.TYPE_DELETED, revision=rev, allocation=msg)
-                else:
-                    yield Event(type=Event.TYPE_ADDED, revision=rev, allocation=self._message(a))
+                yield self._event(kind, a, wire(rev))
         finally:
             alloc.listeners.remove(listener)
+
+    def _event(self, kind: str, a: Allocation, revision: int) -> node_agent_pb2.AllocationEvent:
+        if kind == "DELETED":
+            msg = node_agent_pb2.Allocation(
+                pod_uid=a.req.pod.uid, namespace=a.req.pod.namespace, pod_name=a.req.pod.name
+            )
+            return Event(type=Event.TYPE_DELETED, revision=revision, allocation=msg)
+        return Event(type=Event.TYPE_ADDED, revision=revision, allocation=self._message(a))
 
 
 class Capacity(capacity_pb2_grpc.CapacityServiceServicer):

@@ -4,6 +4,7 @@ scheduler loop for `tensor-fusion-scheduler` pods, and batched GPU status writes
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -15,8 +16,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuplane_controller.domain.podrequest import GPU_IDS, INDEX, SCHEDULER_NAME, gpu_ids, parse_request
 from gpuplane_controller.k8s import sources
+from gpuplane_controller.k8s.leader import AlwaysLeader, LeaderElector
 from gpuplane_controller.state import ClusterState, fmt_tflops, fmt_vram
 from gpuplane_core.errors import GpuplaneError
+from gpuplane_core.k8s.raw import call_json
 from gpuplane_core.k8s.watch import WatchEvent, WatchHealth, resumable_watch
 
 log = logging.getLogger(__name__)
@@ -49,8 +52,17 @@ def _ours_pending(pod: dict[str, Any]) -> bool:
 
 
 class Controller:
-    def __init__(self, api: client.ApiClient, state: ClusterState | None = None) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        state: ClusterState | None = None,
+        leader: LeaderElector | AlwaysLeader | None = None,
+    ) -> None:
         self.api = api
+        # Only the leader schedules, binds and writes status; followers keep their caches and
+        # allocations (from pod annotations) current so a failover resumes at once.
+        self.leader = leader or AlwaysLeader()
+        self.pod_listeners: list[Callable[[WatchEvent], None]] = []  # other consumers of pod events
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.state = state or ClusterState()
@@ -67,6 +79,8 @@ class Controller:
         self._last_condition: dict[str, str] = {}
         self._binding: set[str] = set()
         self._bind_sem = asyncio.Semaphore(BIND_CONCURRENCY)
+        self._bind_api: client.ApiClient | None = None
+        self._binder = self.core  # replaced in start() by a client with its own connections
         self._indices: dict[str, dict[str, int]] = {}  # node -> {uid: index}
         self._capacity_changed = asyncio.Event()
         self._observed_available: dict[str, tuple[str, str]] = {}
@@ -79,10 +93,21 @@ class Controller:
         missing = [n for n in (*self.INFORMERS, "pods") if n not in self.synced]
         if missing:
             return f"informer caches not synced: {', '.join(missing)}"
+        # A broken watch (apiserver down or restarting) leaves the caches stale: not ready until resumed.
+        broken = sorted(n for n, h in self.health.items() if not h.healthy)
+        if broken:
+            return f"watch broken: {broken[0]}: {self.health[broken[0]].error}"
         return None
 
     async def start(self) -> None:
         api = self.api
+        # Binds get a connection pool of their own: over HTTP/1.1 every call in flight holds a
+        # connection, and the shared pool (32) is mostly held by watches and status writes; lease
+        # renewals must not queue behind a burst of binds either.
+        cfg = copy.deepcopy(api.configuration)
+        cfg.connection_pool_maxsize = BIND_CONCURRENCY
+        self._bind_api = client.ApiClient(configuration=cfg)
+        self._binder = client.CoreV1Api(self._bind_api)
         fns: dict[str, tuple[sources.ListFn, Callable[[WatchEvent], None]]] = {
             "nodes": (sources.nodes(api), self._on_node),
             "gpupools": (sources.cluster_custom(api, "gpupools"), self._on_pool),
@@ -106,6 +131,8 @@ class Controller:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._bind_api is not None:
+            await self._bind_api.close()
 
     async def _informer(self, name: str, fn: sources.ListFn, handler: Callable[[WatchEvent], None]) -> None:
         health = self.health.setdefault(name, WatchHealth())
@@ -228,6 +255,8 @@ class Controller:
             self._forget(uid)
         else:
             self._pod_changed(ev.object)
+        for listener in self.pod_listeners:
+            listener(ev)
 
     def _pod_changed(self, pod: dict[str, Any]) -> None:
         uid = _uid(pod)
@@ -288,8 +317,12 @@ class Controller:
     # ---- scheduling -----------------------------------------------------------------------------
     async def _schedule_loop(self) -> None:
         while True:
+            await self.leader.wait_until_leader()
             uid = await self._queue.get()
             self._queued.discard(uid)
+            if not self.leader.is_leader:  # lost it while waiting: a later term schedules it
+                self._enqueue(uid)
+                continue
             pod = self._pending.get(uid)
             if pod is None or uid in self._binding:
                 continue
@@ -314,7 +347,9 @@ class Controller:
         if not decision.ok:
             decision = st.allocator.schedule(req, node_ok, diagnose=True)
             n = self._failures[uid] = self._failures.get(uid, 0) + 1
-            self._unschedulable[uid] = time.monotonic() + min(30.0, 0.5 * 2 ** min(n, 6))
+            # 1s doubling to 10s, kube-scheduler's podInitialBackoffSeconds/podMaxBackoffSeconds: a pod
+            # that failed during a burst (nodes flapping NotReady) is not left waiting 30s after it.
+            self._unschedulable[uid] = time.monotonic() + min(10.0, 0.5 * 2 ** min(n, 6))
             self._spawn(self._report_failure(pod, decision.error, "Unschedulable"))
             return
         st.allocator.reserve(req, decision.node, decision.gpus)
@@ -351,7 +386,7 @@ class Controller:
                     "metadata": {"name": name, "namespace": ns, "uid": uid, "annotations": annotations},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node},
                 }
-                await self.core.create_namespaced_binding(ns, binding, _preload_content=False)
+                await call_json(self._binder.create_namespaced_binding, ns, binding)
                 self._forget(uid)
             except ApiException as e:
                 if e.status == 404:
@@ -359,18 +394,51 @@ class Controller:
                     self._forget(uid)
                 elif e.status == 409 and "already assigned" in (e.body or ""):
                     pass  # bound already (another attempt won); the allocation stands
+                elif e.status >= 500:
+                    await self._settle_unknown_bind(pod, node, f"{e.status} {e.reason}")
                 else:
                     log.warning("binding %s/%s to %s failed: %s %s", ns, name, node, e.status, e.reason)
-                    self._release(uid)
-                    self._unschedulable[uid] = time.monotonic() + 1.0
-                    self._pending.setdefault(uid, pod)
-            except Exception:
-                log.exception("binding %s/%s failed", ns, name)
-                self._release(uid)
-                self._unschedulable[uid] = time.monotonic() + 1.0
-                self._pending.setdefault(uid, pod)
+                    self._retry_later(pod)
+            except Exception as e:  # transport error: the Binding may or may not have been stored
+                await self._settle_unknown_bind(pod, node, repr(e))
             finally:
                 self._binding.discard(uid)
+
+    def _retry_later(self, pod: dict[str, Any]) -> None:
+        uid = _uid(pod)
+        self._release(uid)
+        self._unschedulable[uid] = time.monotonic() + 1.0
+        self._pending.setdefault(uid, pod)
+
+    async def _settle_unknown_bind(self, pod: dict[str, Any], node: str, why: str) -> None:
+        """A bind whose outcome is unknown (5xx, dropped connection) may have been stored.
+        Releasing its GPUs before knowing could hand them to a second pod while this one runs
+        there, so the pod is read back first; only a pod still unbound is retried."""
+        uid = _uid(pod)
+        ns, name = _nsname(pod)
+        for delay in (0.2, 0.5, 1.0, 2.0, 4.0, 8.0):
+            try:
+                live = await call_json(self.core.read_namespaced_pod, name, ns)
+            except ApiException as e:
+                if e.status == 404:
+                    self._release(uid)
+                    self._forget(uid)
+                    return
+                await asyncio.sleep(delay)
+                continue
+            except Exception:
+                await asyncio.sleep(delay)
+                continue
+            if live["metadata"].get("uid") != uid:  # deleted and re-created under the same name
+                self._release(uid)
+                self._forget(uid)
+                return
+            if (live.get("spec") or {}).get("nodeName"):
+                self._forget(uid)  # stored after all; the pod informer checks it against the annotations
+                return
+            break
+        log.warning("binding %s/%s to %s failed: %s", ns, name, node, why)
+        self._retry_later(pod)
 
     async def _report_failure(self, pod: dict[str, Any], message: str, reason: str) -> None:
         uid = _uid(pod)
@@ -386,10 +454,11 @@ class Controller:
             "lastTransitionTime": _now(),
         }
         try:
-            await self.core.patch_namespaced_pod_status(
-                name, ns, {"status": {"conditions": [condition]}}, _preload_content=False
+            await call_json(
+                self.core.patch_namespaced_pod_status, name, ns, {"status": {"conditions": [condition]}}
             )
-            await self.core.create_namespaced_event(
+            await call_json(
+                self.core.create_namespaced_event,
                 ns,
                 {
                     "metadata": {"generateName": f"{name}.", "namespace": ns},
@@ -409,7 +478,6 @@ class Controller:
                     "lastTimestamp": _now(),
                     "count": 1,
                 },
-                _preload_content=False,
             )
         except ApiException as e:
             if e.status != 404:
@@ -434,8 +502,16 @@ class Controller:
         await asyncio.sleep(max(0.0, when - time.monotonic()))
         self._capacity_changed.set()
 
+    def capacity_changed(self) -> None:
+        """Something outside the informers (the dynamic config) changed what fits: retry pods."""
+        self._capacity_changed.set()
+
     def pod_changed_spec(self, uid: str) -> None:
         self._unschedulable.pop(uid, None)
+
+    def pending_pods(self) -> list[dict[str, Any]]:
+        """Our pods waiting for a node, as last seen (the node scaler reads their PodScheduled)."""
+        return list(self._pending.values())
 
     # ---- status writes ----------------------------------------------------------------------------
     async def _status_writer(self, interval: float = 0.5) -> None:
@@ -443,6 +519,8 @@ class Controller:
         sem = asyncio.Semaphore(STATUS_CONCURRENCY)
         while True:
             await asyncio.sleep(interval)
+            if not self.leader.is_leader:
+                continue  # changes stay dirty: a new leader writes them
             alloc = self.state.allocator
             dirty, alloc.dirty_gpus = alloc.dirty_gpus, set()
             writes: list[Awaitable[None]] = []

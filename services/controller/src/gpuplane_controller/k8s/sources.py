@@ -3,32 +3,23 @@ deserialisation: faster, and the same shape for core and custom objects)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio import client
 
+from gpuplane_core.k8s.raw import list_json
+
 GROUP, VERSION = "tensor-fusion.ai", "v1"
 ListFn = Callable[..., Awaitable[Any]]
 
 
-def _raw(fn: Callable[..., Awaitable[Any]]) -> ListFn:
-    async def list_raw(**kw: Any) -> Any:
-        if kw.get("watch"):
-            return await fn(**kw)
-        resp = await fn(_preload_content=False, **kw)
-        return json.loads(await resp.read())
-
-    return list_raw
-
-
 def nodes(api: client.ApiClient) -> ListFn:
-    return _raw(client.CoreV1Api(api).list_node)
+    return list_json(client.CoreV1Api(api).list_node)
 
 
 def pods(api: client.ApiClient) -> ListFn:
-    return _raw(client.CoreV1Api(api).list_pod_for_all_namespaces)
+    return list_json(client.CoreV1Api(api).list_pod_for_all_namespaces)
 
 
 def cluster_custom(api: client.ApiClient, plural: str) -> ListFn:
@@ -37,7 +28,7 @@ def cluster_custom(api: client.ApiClient, plural: str) -> ListFn:
     async def list_custom(**kw: Any) -> Any:
         return await custom.list_cluster_custom_object(GROUP, VERSION, plural, **kw)
 
-    return _raw(list_custom)
+    return list_json(list_custom)
 
 
 def all_namespaces_custom(api: client.ApiClient, plural: str) -> ListFn:

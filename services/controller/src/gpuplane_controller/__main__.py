@@ -1,0 +1,3 @@
+from gpuplane_controller.cli import main
+
+main()
