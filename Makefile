@@ -30,21 +30,52 @@ cluster-up: cluster-build ## Start the local devcluster with 3 simulated 8×H100
 cluster-down: install ## Stop the local devcluster and delete its state
 	$(UV) run devcluster down
 
+RUN_ARGS ?=
+
 .PHONY: run
-run: cluster-build ## Start the whole platform on the local devcluster (Ctrl-C stops it)
-	$(UV) run python scripts/run_platform.py
+run: cluster-build ## Start the whole platform on the local devcluster (Ctrl-C stops it; RUN_ARGS="--help")
+	$(UV) run python scripts/run_platform.py $(RUN_ARGS)
 
 .PHONY: test
-test: cluster-build ## Run every test except the gpu, docker and slow ones
+test: cluster-build helm ## Run every test except the gpu, docker and slow ones
 	$(UV) run pytest -m "$(PYTEST_MARKERS)" $(PYTEST_ARGS)
 
 .PHONY: test-slow
 test-slow: cluster-build ## Run the slow suites (scale, faults)
 	$(UV) run pytest -m "slow" $(PYTEST_ARGS)
 
+RELIABILITY_MARKERS ?= not gpu and not docker
+
+.PHONY: test-reliability
+test-reliability: cluster-build ## Run tests/reliability, the slow fault tests included (docs/RELIABILITY.md)
+	$(UV) run pytest tests/reliability -m "$(RELIABILITY_MARKERS)" $(PYTEST_ARGS)
+
 .PHONY: test-gpu
 test-gpu: install ## Run the real-NVML tests (needs an NVIDIA GPU)
 	$(UV) run pytest -m "gpu" $(PYTEST_ARGS)
+
+.PHONY: helm
+helm: install ## Build helm from its Go module into the devcluster cache (cached per version)
+	$(UV) run devcluster build --only-helm
+
+.PHONY: chart-test
+chart-test: cluster-build helm ## Lint, render, dry-run and install the Helm chart into the devcluster
+	$(UV) run pytest tests/chart -m "not docker" $(PYTEST_ARGS)
+
+SERVICES := controller hypervisor gpuctl lens
+IMAGE_REGISTRY ?= ghcr.io/gpuplane
+IMAGE_TAG ?= dev
+
+.PHONY: images
+images: ## Build one image per service (services/<name>/Dockerfile) where Docker exists
+	@if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then \
+		echo "make images: no Docker engine on this machine; nothing built (the Dockerfiles are services/*/Dockerfile)"; \
+		exit 0; \
+	fi; \
+	for s in $(SERVICES); do \
+		echo "building $(IMAGE_REGISTRY)/$$s:$(IMAGE_TAG)"; \
+		docker build -f services/$$s/Dockerfile -t $(IMAGE_REGISTRY)/$$s:$(IMAGE_TAG) . || exit 1; \
+	done
 
 .PHONY: lint
 lint: install ## ruff, mypy (libs + domain code), import-linter layer contracts, generated-code check

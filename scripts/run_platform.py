@@ -1,114 +1,117 @@
-"""`make run`: the local devcluster plus every service as a process.
+"""`make run`: the whole gpuplane platform on the local devcluster, as processes.
 
-Starts (or reuses) the devcluster with simulated GPU nodes, starts each
-service's console script against it, waits for their health endpoints,
-prints the URLs, and stops the services on Ctrl-C (the cluster keeps running
-so the next `make run` starts in seconds; `make cluster-down` removes it).
+Starts (or reuses) the devcluster with simulated GPU nodes, then the
+controller (2 replicas, leader election), one hypervisor per GPU node, gpuctl
+and lens (see `devcluster.stack`), waits until every `/readyz` answers, prints
+the URLs and an example, and runs until Ctrl-C (or SIGTERM). Then it stops
+every service and, if this run started it, the cluster's processes; the
+cluster's state is kept, so the next `make run` starts in seconds
+(`make cluster-down` deletes it).
+
+`--ephemeral-ports`, `--cluster` and `--state-dir` let the end-to-end tests
+run this very script beside other clusters; the chosen endpoints are written
+to `<state-dir>/endpoints.json`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
+import argparse
 import signal
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-from devcluster.cluster import DevCluster
+from devcluster.nodes import GPU_MODELS
+from devcluster.stack import Platform, PlatformError, Ports
 
 ROOT = Path(__file__).resolve().parent.parent
-LOGS = ROOT / ".run" / "logs"
-
-# (name, console script, env prefix, http port, grpc port, health path)
-SERVICES = [
-    ("controller", "tf-controller", "GPUPLANE_CONTROLLER_", 8080, 9090, "/readyz"),
-    ("hypervisor", "tf-hypervisor", "GPUPLANE_HYPERVISOR_", 8001, 9091, "/readyz"),
-    ("gpuctl", "gpuctl-server", "GPUPLANE_GPUCTL_", 8000, 9092, "/readyz"),
-    ("lens", "lens-server", "GPUPLANE_LENS_", 8090, 9093, "/readyz"),
-]
 
 
-def _die_with_parent() -> None:
-    """Linux: the service gets SIGTERM if this runner dies, so no orphan keeps its port."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+class Stop(Exception):
+    pass
 
 
-def healthy(url: str) -> bool:
+_stopping = False
+
+
+def _raise_stop(signum: int, _frame: object) -> None:
+    # Ctrl-C reaches us more than once (from the terminal and forwarded by `uv run`/make):
+    # only the first one interrupts; later ones must not break the shutdown half-way.
+    global _stopping
+    if not _stopping:
+        _stopping = True
+        raise Stop(signal.Signals(signum).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _stopping
+    p = argparse.ArgumentParser(prog="run_platform", description=__doc__.split("\n\n")[0])
+    p.add_argument("--cluster", default="default", help="devcluster name (default: default)")
+    p.add_argument("--gpu-nodes", type=int, default=3)
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--gpu-model", default="H100", choices=sorted(GPU_MODELS))
+    p.add_argument("--replicas", type=int, default=2, help="controller replicas (default 2)")
+    p.add_argument("--state-dir", type=Path, default=ROOT / ".run", help="logs, hypervisor and lens state")
+    p.add_argument("--ephemeral-ports", action="store_true", help="free ports instead of the standard ones")
+    p.add_argument(
+        "--keep-cluster",
+        action="store_true",
+        help="leave the cluster running on exit (it is stopped only when this run started it)",
+    )
+    p.add_argument("--timeout", type=float, default=180, help="seconds to wait for every service")
+    a = p.parse_args(argv)
+    if a.gpu_nodes < 1 or a.replicas < 1:
+        p.error("--gpu-nodes and --replicas must be at least 1")
+
+    # A shell starts background jobs with SIGINT ignored, and Python keeps that: be explicit.
+    signal.signal(signal.SIGINT, _raise_stop)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    platform: Platform | None = None
+    code = 0
     try:
-        with urllib.request.urlopen(url, timeout=1) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
-def main() -> int:
-    cluster = DevCluster("default").up(gpu_nodes=3, gpus_per_node=8, gpu_model="H100")
-    LOGS.mkdir(parents=True, exist_ok=True)
-    procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-    bin_dir = Path(sys.executable).parent
-    for name, script, prefix, http, grpc, _ in SERVICES:
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(cluster.kubeconfig),
-            f"{prefix}HTTP_HOST": "127.0.0.1",
-            f"{prefix}HTTP_PORT": str(http),
-            f"{prefix}GRPC_PORT": str(grpc),
-            f"{prefix}LOG_JSON": "false",
-        }
-        log = open(LOGS / f"{name}.log", "ab")
-        procs.append(
-            (
-                name,
-                subprocess.Popen(
-                    [str(bin_dir / script)], env=env, stdout=log, stderr=log, preexec_fn=_die_with_parent
-                ),
-            )
+        ports = (Ports.ephemeral if a.ephemeral_ports else Ports.standard)(a.gpu_nodes, a.replicas)
+        platform = Platform(
+            a.cluster,
+            ports=ports,
+            state_dir=a.state_dir.resolve(),
+            gpu_nodes=a.gpu_nodes,
+            gpus_per_node=a.gpus_per_node,
+            gpu_model=a.gpu_model,
+            replicas=a.replicas,
         )
-
-    def stop(*_: object) -> None:
-        # Ctrl-C and SIGTERM reach us twice (directly and forwarded by `uv run`): finish stopping.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for _n, p in procs:
-            p.terminate()
-        for _n, p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-    deadline = time.monotonic() + 60
-    for (name, _s, _p, http, _g, path), (_n, proc) in zip(SERVICES, procs, strict=True):
-        while not healthy(f"http://127.0.0.1:{http}{path}"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                stop()
-                print(f"{name} failed to start; see {LOGS / (name + '.log')}", file=sys.stderr)
-                return 1
-            time.sleep(0.2)
-
-    print("\ngpuplane is running on the local devcluster:\n")
-    print(f"  KUBECONFIG={cluster.kubeconfig}")
-    for name, _s, _p, http, _g, _h in SERVICES:
-        print(f"  {name:<11} http://127.0.0.1:{http}   (docs: /docs, metrics: /metrics)")
-    print(f"\n  logs: {LOGS}\n  Ctrl-C stops the services; `make cluster-down` removes the cluster.\n")
-    # Explicit: a shell starts background jobs with SIGINT ignored, and Python keeps that.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        while all(p.poll() is None for _n, p in procs):
+        platform.start(timeout=a.timeout)
+        print(platform.banner(platform.leader()), flush=True)
+        # A service that exits is reported, and the rest keep running: stopping the leading
+        # controller replica to watch the other take over is a fair thing to try.
+        reported: set[str] = set()
+        while len(reported) < len(platform.services):
+            for s in platform.dead():
+                if s.name not in reported:
+                    reported.add(s.name)
+                    rc = s.proc.returncode if s.proc else None
+                    log = platform.log_dir / f"{s.name}.log"
+                    print(f"{s.name} exited (code {rc}); see {log}", file=sys.stderr, flush=True)
             time.sleep(0.5)
-        dead = [n for n, p in procs if p.poll() is not None]
-        print(f"stopped unexpectedly: {', '.join(dead)}; see {LOGS}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\nstopping services ...")
-        return 0
+        print("every service has exited", file=sys.stderr)
+        code = 1
+    except Stop:
+        print("\nstopping ...", file=sys.stderr, flush=True)
+    except (PlatformError, RuntimeError, TimeoutError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        code = 1
     finally:
-        stop()
+        _stopping = True  # from here on, signals are ignored: the shutdown runs to its end
+        if platform is not None:
+            platform.stop_services()
+            stop_cluster = platform.started_cluster and not a.keep_cluster
+            if stop_cluster:
+                platform.stop_cluster()
+            print(
+                "stopped" + ("" if stop_cluster else f"; cluster {a.cluster!r} keeps running"),
+                file=sys.stderr,
+                flush=True,
+            )
+    return code
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import sys
 
 from devcluster.build import BuildError, build_all
 from devcluster.cluster import ORDER, DevCluster
+from devcluster.helm import build_helm, helm_path
 from devcluster.nodes import GPU_MODELS
 
 
@@ -17,6 +18,11 @@ def main(argv: list[str] | None = None) -> int:
 
     b = sub.add_parser("build", help="build etcd, kube-* and kwok from Go modules (cached per version)")
     b.add_argument("--force", action="store_true", help="rebuild even if cached")
+    b.add_argument("--helm", action="store_true", help="also build helm (for the chart tests)")
+    b.add_argument("--only-helm", action="store_true", help="build only helm")
+
+    hp = sub.add_parser("helm-path", help="print the path of the cached helm binary")
+    hp.add_argument("--build", action="store_true", help="build helm first if it is missing")
 
     up = sub.add_parser("up", help="start the cluster (building first if needed) and create GPU nodes")
     up.add_argument("--gpu-nodes", type=int, default=3)
@@ -33,8 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     cluster = DevCluster(args.name)
     try:
         if args.cmd == "build":
-            for name, path in build_all(force=args.force).items():
-                print(f"{name}: {path}")
+            if not args.only_helm:
+                for name, path in build_all(force=args.force).items():
+                    print(f"{name}: {path}")
+            if args.helm or args.only_helm:
+                print(f"helm: {build_helm(force=args.force)}")
+        elif args.cmd == "helm-path":
+            print(helm_path(build=args.build))
         elif args.cmd == "up":
             cluster.up(
                 gpu_nodes=args.gpu_nodes,
