@@ -94,6 +94,23 @@ def _kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _kill_workdir_processes(workdir: str) -> None:
+    """SIGKILL every process whose command line names the job's work directory. ansible-playbook's
+    workers call setsid(), so they and their ssh children leave the playbook's process group and
+    would outlive a group kill (orphans after a Lens crash or a cancel)."""
+    marker = (workdir.rstrip("/") + "/").encode()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry), signal.SIGKILL)
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -368,6 +385,7 @@ class Bootstrapper:
             await self._fail(job_id, f"{type(err).__name__}: {err}")
         finally:
             await self._stop_group(job_id)
+            _kill_workdir_processes(str(workdir))
             # Keys, passwords and the kubeconfig copy go with the work directory.
             shutil.rmtree(workdir, ignore_errors=True)
             self._tasks.pop(job_id, None)
@@ -481,6 +499,7 @@ class Bootstrapper:
                 reason += f"; its ansible-playbook (pid {row.pid}) is gone"
             await self._fail(row.id, reason)
             if row.workdir:
+                _kill_workdir_processes(row.workdir)
                 shutil.rmtree(row.workdir, ignore_errors=True)
             count += 1
         return count

@@ -146,6 +146,25 @@ class ClusterService:
         if not check["available"]:
             raise Unprocessable(check["reason"], code="gateway_port_in_use", field="gatewayPort")
 
+    async def _ensure_new_port_free(self, kubeconfig: str, port: int | None) -> None:
+        """`_ensure_port_free` for a cluster not stored yet (a fresh id owns no Service)."""
+        if port is None:
+            return
+        try:
+            api = await self.clients.build(kubeconfig)
+        except Exception:  # a kubeconfig the client library cannot load: the probe reports it
+            return
+        try:
+            owner = await gateway.node_port_owner(api, port, self.probe_timeout)
+        except (GpuplaneError, *TRANSPORT_ERRORS):
+            return  # unknowable (unreachable) passes
+        finally:
+            await api.close()
+        if owner is not None:
+            raise Unprocessable(
+                f"NodePort {port} is used by {owner}", code="gateway_port_in_use", field="gatewayPort"
+            )
+
     async def register(self, reg: Registration) -> tuple[dict[str, Any], str]:
         name = v.check_name(reg.name)
         description = v.check_description(reg.description)
@@ -173,18 +192,14 @@ class ClusterService:
             ),
             inotify_max_user_instances=inotify or DEFAULT_INOTIFY_MAX_USER_INSTANCES,
         )
+        # Checked before anything is stored: a Lens killed mid-check leaves no half-registered record.
+        await self._ensure_new_port_free(reg.kubeconfig.decode("utf-8"), port)
         for _ in range(5):  # 8 hex characters: a collision is rare, but then draw again
             try:
                 rec = await self.store.create_cluster(rec, reg.kubeconfig.decode("utf-8"))
                 break
             except IdTaken:
                 rec = replace(rec, id=new_cluster_id())
-        try:
-            await self._ensure_port_free(rec)
-        except Unprocessable:
-            await self.store.delete_cluster(rec.id)
-            await self.clients.forget(rec.id)
-            raise
         session = await self.store.session_for(rec.id)
         logger.info("registered cluster %s (draft=%s)", rec.id, rec.draft)
         state = await self.probe(rec.id)
