@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from devcluster.services import ServiceProcess
+from gpuplane.controller.v1 import types_pb2
 
 GROUP, VERSION = "tensor-fusion.ai", "v1"
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -168,3 +170,29 @@ async def wait_unschedulable(api: Any, ns: str, name: str, timeout: float = 20) 
 
 def gpus_of(p: client.V1Pod) -> list[str]:
     return p.metadata.annotations["tensor-fusion.ai/gpu-ids"].split(",")
+
+
+async def eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 30.0, what: str = "") -> Any:
+    """Poll `fn` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await fn()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached in {timeout}s: {what}")
+        await asyncio.sleep(0.2)
+
+
+def device(node: str, i: int) -> types_pb2.Device:
+    """A healthy H100 as a hypervisor reports it over gRPC."""
+    return types_pb2.Device(
+        uuid=f"GPU-{node}-{i}",
+        vendor="NVIDIA",
+        model="H100",
+        index=i,
+        numa_node=0,
+        total_memory_bytes=80 * 2**30,
+        max_tflops=989,
+        healthy=True,
+    )

@@ -5,14 +5,12 @@ scaler's 503 when the controller runs without -enable-auto-expander."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from controller_testkit import create_pod, wait_bound, wait_unschedulable
+from controller_testkit import create_pod, eventually, wait_bound, wait_unschedulable
 from kubernetes_asyncio import client
 
 from devcluster.services import ServiceProcess
@@ -37,17 +35,6 @@ def test_parse_rejects_unknown_keys_and_names_the_field() -> None:
         with pytest.raises(InvalidSpec) as e:
             parse_config(text)
         assert e.value.field == field, text
-
-
-async def _eventually(fn: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.2)
 
 
 async def _config(http: httpx.AsyncClient, proc: ServiceProcess) -> dict[str, Any]:
@@ -76,7 +63,7 @@ async def test_configmap_hot_reload_and_invalid_update_kept_out(
     )
     with proc:
         async with httpx.AsyncClient(timeout=10) as http:
-            assert await _eventually(lambda: _ttl_is(http, proc, "7d"))
+            assert await eventually(lambda: _ttl_is(http, proc, "7d"))
 
             # Not started with -enable-auto-expander.
             r = await http.get(f"{proc.url}/api/node-scaler")
@@ -84,7 +71,7 @@ async def test_configmap_hot_reload_and_invalid_update_kept_out(
 
             new = "metricsTTL: 14d\nscheduler:\n  vramWeight: 0.4\n  tflopsWeight: 0.6\n"
             await core.patch_namespaced_config_map(cm, namespace, {"data": {"config.yaml": new}})
-            await _eventually(lambda: _ttl_is(http, proc, "14d"))
+            await eventually(lambda: _ttl_is(http, proc, "14d"))
             assert (await _config(http, proc))["scheduler"]["vramWeight"] == 0.4
 
             await core.patch_namespaced_config_map(
@@ -97,7 +84,7 @@ async def test_configmap_hot_reload_and_invalid_update_kept_out(
                     e.reason == "InvalidDynamicConfig" and "metricsTTLL" in e.message for e in evs.items
                 )
 
-            await _eventually(rejected)
+            await eventually(rejected)
             assert (await _config(http, proc))["metricsTTL"] == "14d"  # the old config stays
             metrics = (await http.get(f"{proc.url}/metrics")).text
             assert "gpuplane_controller_dynamic_config_rejected_total 1.0" in metrics
@@ -106,7 +93,7 @@ async def test_configmap_hot_reload_and_invalid_update_kept_out(
             await core.patch_namespaced_config_map(
                 cm, namespace, {"data": {"config.yaml": "metricsTTL: 3d\n"}}
             )
-            await _eventually(lambda: _ttl_is(http, proc, "3d"))
+            await eventually(lambda: _ttl_is(http, proc, "3d"))
 
 
 async def _ttl_is(http: httpx.AsyncClient, proc: ServiceProcess, ttl: str) -> bool:
@@ -129,7 +116,7 @@ async def test_file_config_via_flag_hot_reload(devcluster: Any, tmp_path: Path) 
                 cfg = await _config(http, proc)
                 return cfg["metricsFormat"] == "otel" and cfg["alertRules"][0]["name"] == "hot"
 
-            await _eventually(reloaded)
+            await eventually(reloaded)
             path.write_text("metricsFormat: xml\n")  # invalid: rejected
             await asyncio.sleep(1.5)
             assert (await _config(http, proc))["metricsFormat"] == "otel"

@@ -9,7 +9,16 @@ from typing import Any
 import grpc
 import pytest
 import yaml
-from controller_testkit import GROUP, VERSION, ControllerProc, create_pod, gpus_of, pod_manifest, wait_bound
+from controller_testkit import (
+    GROUP,
+    VERSION,
+    ControllerProc,
+    create_pod,
+    device,
+    gpus_of,
+    pod_manifest,
+    wait_bound,
+)
 from kubernetes_asyncio import client
 
 from gpuplane.controller.v1 import (
@@ -24,19 +33,6 @@ from gpuplane_core.grpc.client import CAPACITY, NODE_AGENT, SIMULATE, WATCH_ALLO
 from gpuplane_core.grpc.errors import error_from_rpc
 
 Event = node_agent_pb2.AllocationEvent
-
-
-def device(node: str, i: int) -> types_pb2.Device:
-    return types_pb2.Device(
-        uuid=f"GPU-{node}-{i}",
-        vendor="NVIDIA",
-        model="H100",
-        index=i,
-        numa_node=0,
-        total_memory_bytes=80 * 2**30,
-        max_tflops=989,
-        healthy=True,
-    )
 
 
 async def test_hypervisor_registration_stream_and_capacity(

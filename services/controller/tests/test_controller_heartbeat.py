@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-from controller_testkit import GROUP, VERSION, create_pod, wait_bound, wait_unschedulable
+from controller_testkit import GROUP, VERSION, create_pod, device, eventually, wait_bound, wait_unschedulable
 from kubernetes_asyncio import client
 
 from devcluster.services import ServiceProcess
@@ -20,29 +19,6 @@ from gpuplane.controller.v1 import node_agent_pb2, node_agent_pb2_grpc, types_pb
 from gpuplane_core.grpc.client import NODE_AGENT, make_channel
 
 TIMEOUT = 2.0
-
-
-def device(node: str, i: int) -> types_pb2.Device:
-    return types_pb2.Device(
-        uuid=f"GPU-{node}-{i}",
-        vendor="NVIDIA",
-        model="H100",
-        index=i,
-        total_memory_bytes=80 * 2**30,
-        max_tflops=989,
-        healthy=True,
-    )
-
-
-async def _eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {timeout}s: {what}")
-        await asyncio.sleep(0.2)
 
 
 async def _leading(http: httpx.AsyncClient, proc: ServiceProcess) -> bool:
@@ -96,7 +72,7 @@ async def test_heartbeat_loss_marks_unknown_across_replicas(
                 la, lb = await _leading(http, a), await _leading(http, b)
                 return (a, b) if la and not lb else (b, a) if lb and not la else None
 
-            _leader, follower = await _eventually(one_leader, what="exactly one leader")
+            _leader, follower = await eventually(one_leader, what="exactly one leader")
             devices = [device(node, 0), device(node, 1)]
             try:
                 async with make_channel(follower.grpc_target, NODE_AGENT) as ch:
@@ -133,7 +109,7 @@ async def test_heartbeat_loss_marks_unknown_across_replicas(
                 async def lost() -> bool:
                     return await hv_state() == "Unknown" and await gpu_phases() == ["Unknown", "Unknown"]
 
-                await _eventually(lost, timeout=TIMEOUT + 20, what="node and GPUs Unknown")
+                await eventually(lost, timeout=TIMEOUT + 20, what="node and GPUs Unknown")
                 gpu = await custom.get_cluster_custom_object(GROUP, VERSION, "gpus", gpus[0])
                 assert gpu["status"]["message"] == "hypervisor heartbeat lost"
                 await create_pod(
@@ -148,7 +124,7 @@ async def test_heartbeat_loss_marks_unknown_across_replicas(
                     async def back() -> bool:
                         return await hv_state() == "Running" and await gpu_phases() == ["Running", "Running"]
 
-                    await _eventually(back, what="node and GPUs Running again")
+                    await eventually(back, what="node and GPUs Running again")
                     await wait_bound(kube_api, namespace, "during", timeout=60)
             finally:
                 with contextlib.suppress(client.ApiException):

@@ -5,12 +5,11 @@ GPUNodeClaim that is forgotten once its node is Ready, and `GET /api/node-scaler
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-from controller_testkit import GROUP, VERSION, create_pod, wait_bound, wait_unschedulable
+from controller_testkit import GROUP, VERSION, create_pod, eventually, wait_bound, wait_unschedulable
 from kubernetes_asyncio import client
 
 from devcluster.k8s_ops import create_node, wait_nodes_ready
@@ -117,17 +116,6 @@ def test_compute_percent_sized_per_gpu() -> None:
 
 
 # ---- against the devcluster ----------------------------------------------------------------------
-async def _eventually(fn: Callable[[], Awaitable[Any]], timeout: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {timeout}s: {what}")
-        await asyncio.sleep(0.2)
-
-
 async def _gpu(custom: Any, name: str, node: str, index: int) -> None:
     await custom.create_cluster_custom_object(
         GROUP,
@@ -209,7 +197,7 @@ async def test_unschedulable_pods_get_one_claim_until_its_node_is_ready(
                 data = await scaler()
                 return data if len(data["preSchedulePods"]) == 2 else None
 
-            data = await _eventually(covered, what="both pending pods pre-scheduled on a claim")
+            data = await eventually(covered, what="both pending pods pre-scheduled on a claim")
             got = await claims()
             assert len(got) == 1, [c["metadata"]["name"] for c in got]  # one claim covers both pods
             claim = got[0]
@@ -233,7 +221,7 @@ async def test_unschedulable_pods_get_one_claim_until_its_node_is_ready(
                 evs = (await core.list_namespaced_event(namespace)).items
                 return any(e.reason == "NodeExpansionCheck" and name in e.message for e in evs)
 
-            await _eventually(told, what="pods told which claim they wait for")
+            await eventually(told, what="pods told which claim they wait for")
 
             # More passes while the claim is in flight: no claim storm.
             await asyncio.sleep(2.5)
@@ -258,8 +246,8 @@ async def test_unschedulable_pods_get_one_claim_until_its_node_is_ready(
                     c = await custom.get_cluster_custom_object(GROUP, VERSION, "gpunodeclaims", name)
                     return (c.get("status") or {}).get("phase") == "Bound"
 
-                await _eventually(bound_claim, what="claim Bound once its node is Ready")
-                data = await _eventually(
+                await eventually(bound_claim, what="claim Bound once its node is Ready")
+                data = await eventually(
                     lambda: _empty(scaler), what="no claims in flight after the node is Ready"
                 )
                 for i in range(2):

@@ -8,10 +8,10 @@ import asyncio
 from typing import Any
 
 import httpx
-from controller_testkit import GROUP, VERSION, ControllerProc, create_pod, wait_bound
+from controller_testkit import GROUP, VERSION, ControllerProc, create_pod, device, wait_bound
 from kubernetes_asyncio import client
 
-from gpuplane.controller.v1 import node_agent_pb2, node_agent_pb2_grpc, types_pb2
+from gpuplane.controller.v1 import node_agent_pb2, node_agent_pb2_grpc
 from gpuplane_controller.domain.model import AllocRequest, Amount, PodRef
 from gpuplane_controller.grpc.servicers import EPOCH_SHIFT, NodeAgent
 from gpuplane_controller.state import ClusterState
@@ -76,18 +76,6 @@ async def test_resume_sends_deltas_only_else_full_listing() -> None:
 
 
 # ---- against the devcluster: a hypervisor's reconnects ----------------------------------------------
-def device(node: str, i: int) -> types_pb2.Device:
-    return types_pb2.Device(
-        uuid=f"GPU-{node}-{i}",
-        vendor="NVIDIA",
-        model="H100",
-        index=i,
-        total_memory_bytes=80 * 2**30,
-        max_tflops=989,
-        healthy=True,
-    )
-
-
 async def _read_until_synced(stream: Any) -> list[Any]:
     out = []
     while True:

@@ -56,15 +56,19 @@ def _check_caller(request: Request, caller: Identity, pod: str) -> None:
         )
 
 
+async def _assign(request: Request, caller: Identity, pod: str, kind: str) -> PlainTextResponse:
+    _check_caller(request, caller, pod)
+    assignments: _Assignments = request.app.state.assignments
+    return PlainTextResponse(str(await assignments.assign(kind, pod)))
+
+
 @router.post("/api/assign-host-port", response_class=PlainTextResponse)
 async def assign_host_port(
     request: Request,
     pod: str = Query(alias="podName", min_length=1),
     caller: Identity = Depends(require_identity),
 ) -> PlainTextResponse:
-    _check_caller(request, caller, pod)
-    assignments: _Assignments = request.app.state.assignments
-    return PlainTextResponse(str(await assignments.assign("port", pod)))
+    return await _assign(request, caller, pod, "port")
 
 
 @router.get("/api/assign-index", response_class=PlainTextResponse)
@@ -73,6 +77,4 @@ async def assign_index(
     pod: str = Query(alias="podName", min_length=1),
     caller: Identity = Depends(require_identity),
 ) -> PlainTextResponse:
-    _check_caller(request, caller, pod)
-    assignments: _Assignments = request.app.state.assignments
-    return PlainTextResponse(str(await assignments.assign("index", pod)))
+    return await _assign(request, caller, pod, "index")
