@@ -121,13 +121,14 @@ def service(name: str, kubeconfig: str | Path, work: Path, **env: str) -> Logged
     raise ValueError(name)
 
 
-@pytest.fixture(scope="session", name="services")
+@pytest.fixture(scope="module", name="services")
 def shared_services(
     devcluster: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, LoggedService]]:
-    """All four services with default settings, started once for the fuzz and hostile-input
-    tests (import this fixture into the test module; tests that need other settings start
-    their own)."""
+    """All four services with default settings, for the fuzz and hostile-input tests (import
+    this fixture into the test module; tests that need other settings start their own).
+    Module scope, not session: a controller left running would schedule every
+    tensor-fusion-scheduler pod of later tests' namespaces as well."""
     work = tmp_path_factory.mktemp("services")
     started: dict[str, LoggedService] = {}
     try:

@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import time
+from datetime import timedelta
 from typing import Any
 
 import aiohttp
@@ -117,16 +118,22 @@ async def test_only_the_leader_schedules(
         # Freeze the leader: until its Lease expires nobody leads, and the follower binds nothing.
         assert a.proc.proc is not None
         os.kill(a.proc.proc.pid, signal.SIGSTOP)
-        frozen = time.monotonic()
         try:
             await create_pod(kube_api, namespace, "p2", pool.name, tflops_request="10", vram_request="1Gi")
-            # The follower may take over from (its last sight of a renewal) + LEASE_S; on a busy
-            # machine that sight can lag the freeze by a few retry periods, so look early.
-            await asyncio.sleep(max(0.0, frozen + LEASE_S / 4 - time.monotonic()))
-            p2 = await client.CoreV1Api(kube_api).read_namespaced_pod("p2", namespace)
-            assert not p2.spec.node_name, "a follower bound a pod"
-            await wait_bound(kube_api, namespace, "p2", timeout=LEASE_S + 15)
+            p2 = await wait_bound(kube_api, namespace, "p2", timeout=LEASE_S + 15)
             assert b.is_leader()
+            # Only a leader binds: p2 was bound no earlier than the follower acquired the Lease
+            # (PodScheduled's time has whole seconds, hence the 1 s slack). A follower that bound
+            # at once would have done so about a Lease duration before acquiring it.
+            lease = await client.CoordinationV1Api(kube_api).read_namespaced_lease(
+                "gpuplane-controller-leader", namespace
+            )
+            assert lease.spec.holder_identity == b.identity
+            [scheduled] = [c for c in p2.status.conditions or [] if c.type == "PodScheduled"]
+            assert scheduled.last_transition_time >= lease.spec.acquire_time - timedelta(seconds=1), (
+                f"a follower bound a pod: bound {scheduled.last_transition_time}, "
+                f"leader since {lease.spec.acquire_time}"
+            )
         finally:
             os.kill(a.proc.proc.pid, signal.SIGCONT)
         # The old leader wakes up past its renew deadline: it steps down instead of acting.
