@@ -41,8 +41,10 @@ async def _controller_can_place(controller: ServiceProcess, pool: str) -> None:
             "tensor-fusion.ai/gpupool": pool, "tensor-fusion.ai/tflops-request": "1",
             "tensor-fusion.ai/vram-request": "1Mi"}},
         "spec": {"schedulerName": "tensor-fusion-scheduler", "containers": [{"name": "m", "image": "x"}],
-                 "tolerations": [{"operator": "Exists"}]},
+                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
     }  # fmt: skip
+    # Only the toleration gpuctl's pods carry: a busy machine's node can carry a transient
+    # not-ready/unreachable taint that a blanket toleration would hide from this probe.
 
     async def fits() -> bool:
         async with httpx.AsyncClient(timeout=10) as c:
