@@ -47,8 +47,7 @@ def _uv_sync_args(name: str) -> list[str]:
 @pytest.mark.parametrize("name", sorted(SERVICES))
 def test_build_stage(name: str, tmp_path: Path) -> None:
     uv = shutil.which("uv")
-    if uv is None:
-        pytest.skip("uv not on PATH")
+    assert uv is not None, "uv not on PATH: the images install with it, and `make install` needs it too"
     ctx = tmp_path / "src"
     ctx.mkdir()
     _context(ctx)
