@@ -150,8 +150,6 @@ class NodeAgent(node_agent_pb2_grpc.NodeAgentServiceServicer):
         if self.heartbeats is not None:
             healthy = {gpu_object_name(u): h for u, h in health.items()}
             await self.heartbeats.beat(request.node_name, version, healthy=healthy)
-        else:
-            await self.inventory.heartbeat(request.node_name, version)
         return node_agent_pb2.HeartbeatResponse()
 
     def _message(self, alloc: Allocation) -> node_agent_pb2.Allocation:

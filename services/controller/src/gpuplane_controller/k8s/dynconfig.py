@@ -9,7 +9,6 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -17,9 +16,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 
 from gpuplane_controller.domain.dynconfig import DynamicConfig, parse_config
+from gpuplane_controller.k8s.events import record_event
 from gpuplane_controller.settings import Settings
 from gpuplane_core.errors import InvalidSpec
-from gpuplane_core.k8s.raw import call_json, list_json
+from gpuplane_core.k8s.raw import list_json
 from gpuplane_core.k8s.watch import WatchEvent, WatchHealth, resumable_watch
 
 log = logging.getLogger(__name__)
@@ -159,29 +159,21 @@ class DynamicConfigSource:
 
     async def _event(self, cm: dict[str, Any], message: str) -> None:
         meta = cm["metadata"]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        involved = {
+            "kind": "ConfigMap",
+            "apiVersion": "v1",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
         try:
-            await call_json(
-                client.CoreV1Api(self.api).create_namespaced_event,
-                meta["namespace"],
-                {
-                    "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-                    "involvedObject": {
-                        "kind": "ConfigMap",
-                        "apiVersion": "v1",
-                        "name": meta["name"],
-                        "namespace": meta["namespace"],
-                        "uid": meta.get("uid"),
-                        "resourceVersion": meta.get("resourceVersion"),
-                    },
-                    "reason": "InvalidDynamicConfig",
-                    "message": f"rejected, previous config stays in force: {message}"[:1024],
-                    "type": "Warning",
-                    "source": {"component": "tf-controller"},
-                    "firstTimestamp": now,
-                    "lastTimestamp": now,
-                    "count": 1,
-                },
+            await record_event(
+                client.CoreV1Api(self.api),
+                involved,
+                "InvalidDynamicConfig",
+                f"rejected, previous config stays in force: {message}",
+                component="tf-controller",
             )
         except ApiException as e:
             log.warning("could not record the invalid-config Event: %s", e.status)

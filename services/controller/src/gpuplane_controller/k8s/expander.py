@@ -40,6 +40,7 @@ from gpuplane_controller.domain.expander import (
     plan_expansion,
 )
 from gpuplane_controller.domain.podrequest import parse_request
+from gpuplane_controller.k8s.events import record_event
 from gpuplane_controller.k8s.sources import GROUP, VERSION
 from gpuplane_controller.settings import Settings
 from gpuplane_controller.state import ClusterState, fmt_tflops, fmt_vram
@@ -216,7 +217,7 @@ class NodeExpander:
                 "gpuDeviceOffered": len(nc.template.gpus),
                 "tflopsOffered": fmt_tflops(nc.template.capacity_tflops_m),
                 "vramOffered": fmt_vram(nc.template.vram),
-                "createdAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "createdAt": now(),
             }
             inflight_nodes[name] = [
                 {
@@ -357,26 +358,17 @@ class NodeExpander:
 
     async def _pod_event(self, key: str, kind: str, reason: str, message: str) -> None:
         ns, name = key.split("/", 1)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "metadata": {"generateName": f"{name}.", "namespace": ns},
-            "involvedObject": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": name,
-                "namespace": ns,
-                "uid": self._uids.get(key),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": "tf-controller-node-expander"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
+        involved = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "name": name,
+            "namespace": ns,
+            "uid": self._uids.get(key),
         }
         try:
-            await call_json(self.core.create_namespaced_event, ns, body)
+            await record_event(
+                self.core, involved, reason, message, component="tf-controller-node-expander", type_=kind
+            )
         except ApiException as e:
             log.debug("event on pod %s not recorded: %s", key, e.status)
 

@@ -17,7 +17,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -25,6 +24,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuplane_controller.domain.heartbeat import LeaseTracker
+from gpuplane_controller.k8s.events import micro_now, now
 from gpuplane_controller.k8s.sources import GROUP, VERSION
 from gpuplane_controller.settings import Settings
 from gpuplane_controller.state import ClusterState
@@ -38,14 +38,6 @@ LEASE_LABEL = "tensor-fusion.ai/hypervisor-lease"
 LOST_MESSAGE = "hypervisor heartbeat lost"
 MERGE = "application/merge-patch+json"
 STATUS_REPORT_SECONDS = 60.0  # GPUNode lastHeartbeatTime is refreshed this often, not per heartbeat
-
-
-def _micro_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def lease_name(node: str) -> str:
@@ -113,7 +105,7 @@ class Heartbeats:
                     "hypervisorStatus": {
                         "hypervisorState": "Running",
                         "hypervisorVersion": version,
-                        "lastHeartbeatTime": _now(),
+                        "lastHeartbeatTime": now(),
                     }
                 },
             )
@@ -126,7 +118,7 @@ class Heartbeats:
         spec = {
             "holderIdentity": node,
             "leaseDurationSeconds": max(1, int(self.timeout)),
-            "renewTime": _micro_now(),
+            "renewTime": micro_now(),
         }
         try:
             await self.coord.patch_namespaced_lease(name, self.namespace, {"spec": spec}, _content_type=MERGE)
@@ -200,7 +192,7 @@ class Heartbeats:
                 node,
                 {
                     "phase": "Running",
-                    "hypervisorStatus": {"hypervisorState": "Running", "lastHeartbeatTime": _now()},
+                    "hypervisorStatus": {"hypervisorState": "Running", "lastHeartbeatTime": now()},
                 },
             )
             for name, s in self._gpus(node):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpuplane_controller.k8s.events import now
 from gpuplane_controller.k8s.sources import GROUP, VERSION
 from gpuplane_core.k8s.errors import k8s_errors
 from gpuplane_core.quantity import format_quantity
@@ -37,10 +37,6 @@ def gpu_object_name(uuid: str) -> str:
     """A valid object name from a device UUID: lower-cased, other characters replaced by '-'."""
     name = re.sub(r"[^a-z0-9.-]+", "-", uuid.lower()).strip("-.")
     return name[:253] or "gpu"
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _tflops(value: float) -> str:
@@ -122,24 +118,11 @@ class Inventory:
                 "hypervisorStatus": {
                     "hypervisorState": "Running",
                     "hypervisorVersion": version,
-                    "lastHeartbeatTime": _now(),
+                    "lastHeartbeatTime": now(),
                 },
             },
         )
         return names
-
-    async def heartbeat(self, node: str, version: str) -> None:
-        await self._status(
-            "gpunodes",
-            node,
-            {
-                "hypervisorStatus": {
-                    "hypervisorState": "Running",
-                    "hypervisorVersion": version,
-                    "lastHeartbeatTime": _now(),
-                }
-            },
-        )
 
     async def set_phase(self, name: str, phase: str, message: str) -> None:
         await self._status("gpus", name, {"phase": phase, "message": message})

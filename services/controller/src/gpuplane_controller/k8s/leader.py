@@ -14,20 +14,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpuplane_controller.k8s.events import micro_now
 from gpuplane_core.k8s.raw import call_json
 
 log = logging.getLogger(__name__)
-
-
-def _micro_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class AlwaysLeader:
@@ -151,7 +147,7 @@ class LeaderElector:
 
     # ---- one round ---------------------------------------------------------------------------------
     def _spec(self, old: dict[str, Any] | None) -> dict[str, Any]:
-        now = _micro_now()
+        now = micro_now()
         old = old or {}
         mine = old.get("holderIdentity") == self.identity
         return {
@@ -218,7 +214,7 @@ class LeaderElector:
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
             spec = lease["spec"]
-            spec.update(holderIdentity=None, leaseDurationSeconds=1, renewTime=_micro_now())
+            spec.update(holderIdentity=None, leaseDurationSeconds=1, renewTime=micro_now())
             await call_json(self.coord.replace_namespaced_lease, self.name, self.namespace, lease)
         except (TimeoutError, ApiException, OSError, aiohttp.ClientError) as e:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, e)

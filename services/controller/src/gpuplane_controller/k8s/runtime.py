@@ -8,7 +8,6 @@ import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -16,6 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuplane_controller.domain.podrequest import GPU_IDS, INDEX, SCHEDULER_NAME, gpu_ids, parse_request
 from gpuplane_controller.k8s import sources
+from gpuplane_controller.k8s.events import now, record_event
 from gpuplane_controller.k8s.leader import AlwaysLeader, LeaderElector
 from gpuplane_controller.state import ClusterState, fmt_tflops, fmt_vram
 from gpuplane_core.errors import GpuplaneError
@@ -27,10 +27,6 @@ log = logging.getLogger(__name__)
 MAX_INDEX = 128
 BIND_CONCURRENCY = 64
 STATUS_CONCURRENCY = 16
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _uid(pod: dict[str, Any]) -> str:
@@ -451,33 +447,18 @@ class Controller:
             "status": "False",
             "reason": reason,
             "message": message,
-            "lastTransitionTime": _now(),
+            "lastTransitionTime": now(),
         }
         try:
             await call_json(
                 self.core.patch_namespaced_pod_status, name, ns, {"status": {"conditions": [condition]}}
             )
-            await call_json(
-                self.core.create_namespaced_event,
-                ns,
-                {
-                    "metadata": {"generateName": f"{name}.", "namespace": ns},
-                    "involvedObject": {
-                        "kind": "Pod",
-                        "name": name,
-                        "namespace": ns,
-                        "uid": uid,
-                        "apiVersion": "v1",
-                    },
-                    "reason": "FailedScheduling",
-                    "message": message,
-                    "type": "Warning",
-                    "source": {"component": SCHEDULER_NAME},
-                    "reportingComponent": SCHEDULER_NAME,
-                    "firstTimestamp": _now(),
-                    "lastTimestamp": _now(),
-                    "count": 1,
-                },
+            await record_event(
+                self.core,
+                {"kind": "Pod", "apiVersion": "v1", "name": name, "namespace": ns, "uid": uid},
+                "FailedScheduling",
+                message,
+                component=SCHEDULER_NAME,
             )
         except ApiException as e:
             if e.status != 404:
